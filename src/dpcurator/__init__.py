@@ -5,13 +5,7 @@ See DESIGN.md for the architecture. The pure packages are :mod:`dpcurator.privac
 :mod:`dpcurator.queries` (schemas, predicate queries, maximum overlap).
 """
 
-from dpcurator.privacy import (
-    GDP,
-    ZCDP,
-    ApproxDP,
-    PureDP,
-    compose,
-)
+from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 
-__all__ = ["GDP", "ZCDP", "ApproxDP", "PureDP", "compose"]
+__all__ = ["GDP", "ZCDP", "ApproxDP", "PureDP"]
 __version__ = "0.1.0"

@@ -1,0 +1,8 @@
+"""Pure privacy mathematics: guarantees, conversions, composition, filters, trade-offs.
+
+No I/O, no randomness, no data (DESIGN.md §2).
+"""
+
+from dpcurator.privacy.guarantees import GDP, ZCDP, ApproxDP, Guarantee, PureDP
+
+__all__ = ["GDP", "ZCDP", "ApproxDP", "Guarantee", "PureDP"]

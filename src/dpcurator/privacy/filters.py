@@ -1,0 +1,132 @@
+"""Privacy filters: the budgets that stay valid when parameters are chosen adaptively.
+
+A filter answers a request only if the running total, in an *additive currency*, stays
+within the budget; otherwise it refuses, and the refusal depends only on the costs,
+never on the data (Dwork & Roth 2014, Lemma 2.6). Valid currencies (DESIGN.md §5):
+
+- pure DP, sum eps_i <= B: Rogers, Roth, Ullman & Vadhan, *Privacy Odometers and
+  Filters* (NeurIPS 2016), Thm 3.6 with delta = 0 (and Dwork & Roth Lemma 2.6);
+- zCDP, sum rho_i <= B: Feldman & Zrnic, *Individual Privacy Accounting via a Rényi
+  Filter* (NeurIPS 2021), Thm 3.1, applied at every Rényi order alpha (rho-zCDP is
+  alpha rho-RDP for all alpha);
+- Gaussian DP, sum mu_i^2 <= B^2: Smith & Thakurta, *Fully Adaptive Composition for
+  Gaussian Differential Privacy* (2022), Thm 1.
+
+Advanced composition, KOV, optimal composition and PLD are *not* valid filters with
+adaptively chosen parameters (Rogers et al. 2016; Whitehouse, Ramdas, Rogers & Wu 2023).
+
+Amounts are kept as exact fractions of the *decimal* value a float prints as (0.4 is
+2/5), so that 0.4 + 0.4 + 0.2 spends a budget of 1.0 exactly and a total above the
+budget is never admitted by rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from dpcurator.errors import BudgetExceeded, InvalidParameter
+from dpcurator.privacy import _validate
+from dpcurator.privacy.guarantees import GDP, ZCDP, Guarantee, PureDP
+
+
+def exact(value: float | Fraction | int) -> Fraction:
+    """The exact rational a user means by ``value``: its shortest decimal form."""
+    if isinstance(value, Fraction | int):
+        return Fraction(value)
+    return Fraction(repr(float(value)))
+
+
+@dataclass
+class AdditiveFilter:
+    """A budget in one additive currency; ``spend`` checks and charges atomically."""
+
+    currency: str  # "epsilon", "rho" or "mu^2"
+    budget: Fraction
+    spent: Fraction = field(default=Fraction(0))
+
+    def _cost(self, cost: float | Fraction) -> Fraction:
+        if isinstance(cost, Fraction):
+            if cost < 0:
+                raise InvalidParameter(f"cost in {self.currency} must be >= 0, got {cost}")
+            return cost
+        return exact(_validate.nonnegative(f"cost in {self.currency}", cost))
+
+    @property
+    def remaining(self) -> Fraction:
+        return self.budget - self.spent
+
+    def can_spend(self, cost: float | Fraction) -> bool:
+        """Whether the total would stay within the budget (compared exactly)."""
+        return self.spent + self._cost(cost) <= self.budget
+
+    def spend(self, cost: float | Fraction) -> Fraction:
+        """Charge ``cost`` or raise :class:`BudgetExceeded` (charging nothing); return what remains."""
+        c = self._cost(cost)
+        if self.spent + c > self.budget:
+            raise BudgetExceeded(
+                f"refused: cost {float(c):.6g} {self.currency} exceeds the remaining "
+                f"{float(self.remaining):.6g} of the budget {float(self.budget):.6g} {self.currency}"
+            )
+        self.spent += c
+        return self.remaining
+
+
+def pure_filter(budget: PureDP | float) -> AdditiveFilter:
+    """Sum of eps_i <= B (Rogers et al. 2016, Thm 3.6; Dwork & Roth 2014, Lemma 2.6)."""
+    eps = budget.epsilon if isinstance(budget, PureDP) else budget
+    return AdditiveFilter("epsilon", exact(_validate.nonnegative("budget epsilon", eps)))
+
+
+def zcdp_filter(budget: ZCDP | float) -> AdditiveFilter:
+    """Sum of rho_i <= B (Feldman & Zrnic 2021, Thm 3.1, order by order)."""
+    rho = budget.rho if isinstance(budget, ZCDP) else budget
+    return AdditiveFilter("rho", exact(_validate.nonnegative("budget rho", rho)))
+
+
+def gdp_filter(budget: GDP | float) -> AdditiveFilter:
+    """Sum of mu_i^2 <= B^2 (Smith & Thakurta 2022, Thm 1). Costs are given as mu_i^2."""
+    mu = budget.mu if isinstance(budget, GDP) else budget
+    return AdditiveFilter("mu^2", exact(_validate.nonnegative("budget mu", mu)) ** 2)
+
+
+def filter_for(budget: Guarantee) -> AdditiveFilter:
+    """The filter enforcing ``budget`` in its own currency.
+
+    An (eps, delta) budget is not additive; the curator converts it to the largest zCDP
+    budget whose conversion meets it (:func:`largest_zcdp_within`) before building a filter.
+    """
+    if isinstance(budget, PureDP):
+        return pure_filter(budget)
+    if isinstance(budget, ZCDP):
+        return zcdp_filter(budget)
+    if isinstance(budget, GDP):
+        return gdp_filter(budget)
+    return zcdp_filter(largest_zcdp_within(budget.epsilon, budget.delta))
+
+
+def largest_zcdp_within(epsilon: float, delta: float) -> ZCDP:
+    """The largest rho such that rho-zCDP implies (epsilon, delta)-DP.
+
+    zcdp_delta(rho, eps) is increasing in rho, so bisection finds the boundary; we return
+    the lower end of the final bracket, which satisfies the target.
+    """
+    from dpcurator.privacy.zcdp import zcdp_delta
+
+    if delta <= 0:
+        raise InvalidParameter(
+            "an (epsilon, delta) budget needs delta > 0 to be enforced in zCDP; "
+            "use PureDP(epsilon) for delta = 0"
+        )
+    lo, hi = 0.0, max(1.0, epsilon)
+    while zcdp_delta(hi, epsilon) <= delta:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        if zcdp_delta(mid, epsilon) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    return ZCDP(lo)
