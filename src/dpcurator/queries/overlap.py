@@ -1,0 +1,762 @@
+"""Maximum (weighted) overlap of predicate queries, exactly, without enumerating the domain.
+
+Definitions from seed 002 (Smith et al., "Making the Most of Parallel Composition in
+Differential Privacy", PoPETs 2022): the maximum overlap gamma(Q) is the largest number
+of queries whose coverages share a point of the domain, and with additive weights
+gamma_w(Q) = max_x sum_{q : x in C_q} w_q. The paper bounds gamma from above by a
+greedy colouring of the pairwise-overlap graph (gamma <= clique <= chromatic number);
+:func:`colouring_bound` implements it for comparison, :func:`max_overlap` computes the
+exact value.
+
+How (DESIGN §6): on each attribute the queries' coverages cut the values into *atoms*
+(values with the same membership signature) and a point only matters through one atom
+per attribute; attributes no query constrains do not matter. Attributes linked by no
+query are independent, so the problem splits into connected components whose optima
+add up. Each component is solved by
+
+* one attribute: the heaviest atom;
+* only single intervals on at most three attributes (boxes): best-first branch and
+  bound over blocks of the compressed grid, with an exact dense sweep in small blocks
+  (for intervals pairwise overlap implies a common point: Helly);
+* otherwise: branch and bound over attributes (choose an atom per attribute, keep the
+  surviving queries, re-split into components as attributes get fixed), bounded by
+  "at most one query of a family of pairwise-disjoint queries covers a point"
+  (histogram bins, marginal cells, detected without a pairwise graph); and if that
+  runs out of its time slice, a 0/1 program (HiGHS via :func:`scipy.optimize.milp`).
+
+When the time limit stops the search, the result is a *safe upper bound* (the smallest
+of the valid bounds at hand) with ``exact=False``; the best point found is only
+reported as ``lower_bound`` and must never be used to charge a budget.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import sparse
+from scipy.sparse.csgraph import connected_components
+
+from dpcurator.queries.predicates import IntervalSet, Query
+
+__all__ = ["ColouringResult", "OverlapResult", "colouring_bound", "max_overlap"]
+
+#: Regions of the box solver with at most this many cells are swept densely.
+_DENSE_CELLS = 1 << 15
+#: Blocks per axis when the box solver splits a region.
+_SPLIT = 32
+#: Share of the time limit (and cap, in seconds) that branch and bound gets before
+#: a component falls back to the 0/1 program.
+_BNB_SHARE, _BNB_CAP = 0.25, 2.0
+
+
+@dataclass(frozen=True)
+class OverlapResult:
+    """The maximum (weighted) overlap of a set of queries.
+
+    ``value`` is what to charge: gamma itself when ``exact``, otherwise a safe upper
+    bound (equal to ``upper_bound``). ``witness`` is a point of the domain (attribute ->
+    value) covered by exactly the queries ``witness_queries`` (0-based), whose total
+    weight is ``lower_bound`` (equal to ``value`` when exact).
+    """
+
+    value: float
+    exact: bool
+    upper_bound: float
+    lower_bound: float
+    witness: Mapping[str, int | str] = field(hash=False)
+    witness_queries: tuple[int, ...]
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class ColouringResult:
+    """The colouring bound of seed 002: a greedy colouring of the pairwise-overlap graph.
+
+    Each colour class is a set of pairwise-disjoint queries, so a point is covered by at
+    most one query of each class: gamma_w <= sum over classes of the largest weight
+    (``value``; the number of ``colours`` when unweighted).
+    """
+
+    value: float
+    colours: int
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _num(x: float, integral: bool) -> float:
+    return round(x) if integral else float(x)
+
+
+# --------------------------------------------------------------------------- atoms
+
+
+@dataclass
+class _Attr:
+    """One attribute of a component: its atoms and who covers them."""
+
+    j: int  # schema index
+    size: int
+    qidx: np.ndarray  # local indices of the queries that constrain it
+    cover: np.ndarray  # bool (atoms, len(qidx)): atom a is covered by query qidx[k]
+    pos: np.ndarray  # a representative value position per atom
+
+
+def _atoms(size: int, covs: Sequence[IntervalSet], qidx: np.ndarray, j: int) -> _Attr:
+    """Cut ``[0, size)`` into atoms by the membership signature of ``covs``."""
+    ends = [size, 0]
+    rows, starts, stops = [], [], []
+    for r, cov in enumerate(covs):
+        for s, e in cov:
+            ends.append(s)
+            ends.append(e)
+            rows.append(r)
+            starts.append(s)
+            stops.append(e)
+    breaks = np.unique(np.asarray(ends, dtype=np.int64))
+    nseg = len(breaks) - 1
+    diff = np.zeros((len(covs), nseg + 1), dtype=np.int32)
+    if rows:
+        r = np.asarray(rows)
+        np.add.at(diff, (r, np.searchsorted(breaks, starts)), 1)
+        np.add.at(diff, (r, np.searchsorted(breaks, stops)), -1)
+    member = np.cumsum(diff, axis=1)[:, :nseg] > 0  # (queries, segments)
+    packed = np.packbits(member, axis=0).T.copy()  # one row of bytes per segment
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel() if packed.size else None
+    if keys is None:
+        first = np.zeros(1, dtype=np.int64)
+    else:
+        _, first = np.unique(keys, return_index=True)
+    cover = member[:, first].T.copy()
+    _dominance(cover_ref := [cover], first_ref := [first])
+    return _Attr(j, size, qidx, cover_ref[0], breaks[first_ref[0]])
+
+
+def _dominance(cover_ref: list[np.ndarray], first_ref: list[np.ndarray]) -> None:
+    """Drop atoms whose covering set is a subset of another atom's: choosing the larger
+    one is never worse, whatever the other attributes take (weights are non-negative)."""
+    cover = cover_ref[0]
+    n, m = cover.shape
+    if n <= 1 or n * n * max(m, 1) > 4e8:
+        return
+    c = cover.astype(np.float32)
+    inter = c @ c.T
+    sizes = c.sum(axis=1)
+    sub = inter >= sizes[:, None] - 0.5  # sub[a, b]: a is a subset of b
+    np.fill_diagonal(sub, False)
+    # a is dominated if it is a subset of some b that is not equal to it, or equal to an
+    # earlier b (atoms are distinct, so equality cannot happen; keep the rule anyway).
+    strict = sub & ~(sub.T)
+    dominated = strict.any(axis=1)
+    if dominated.any():
+        keep = ~dominated
+        cover_ref[0] = cover[keep]
+        first_ref[0] = first_ref[0][keep]
+
+
+# ---------------------------------------------------------------- disjoint families
+
+
+def _families(queries: Sequence[Query], local: np.ndarray) -> np.ndarray:
+    """Group ids such that the queries of one group are pairwise disjoint.
+
+    A group is a set of queries on the same attributes whose coverages on each attribute
+    are equal or disjoint (a grid: histogram bins, marginal cells); then two of them
+    overlap iff they are equal. Found by hashing, in near-linear time, without the
+    pairwise graph. Everything else is a group of its own.
+    """
+    gid = np.arange(len(local), dtype=np.int64)
+    buckets: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for k, qi in enumerate(local):
+        buckets[queries[qi].attributes].append(k)
+    next_id = len(local)
+
+    def try_grid(members: list[int]) -> bool:
+        nonlocal next_id
+        attrs = queries[local[members[0]]].attributes
+        ids: list[dict[IntervalSet, int]] = []
+        for name in attrs:
+            distinct: dict[IntervalSet, int] = {}
+            for k in members:
+                distinct.setdefault(queries[local[k]].coverage(name), len(distinct))
+            flat = sorted(iv for cov in distinct for iv in cov)
+            if any(b[0] < a[1] for a, b in itertools.pairwise(flat)):
+                return False
+            ids.append(distinct)
+        seen: dict[tuple[int, ...], int] = defaultdict(int)
+        base = next_id
+        for k in members:
+            q = queries[local[k]]
+            key = tuple(d[q.coverage(n)] for d, n in zip(ids, attrs, strict=True))
+            gid[k] = base + seen[key]
+            seen[key] += 1
+        next_id = base + max(seen.values())
+        return True
+
+    for members in buckets.values():
+        if len(members) < 2 or try_grid(members):
+            continue
+        by_line: dict[int | None, list[int]] = defaultdict(list)
+        for k in members:
+            by_line[queries[local[k]].line].append(k)
+        for sub in by_line.values():
+            if len(sub) >= 2 and len(by_line) > 1:
+                try_grid(sub)
+    _, gid = np.unique(gid, return_inverse=True)
+    return gid
+
+
+# ------------------------------------------------------------------------ boxes
+
+
+def _box_max(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    w: np.ndarray,
+    sizes: Sequence[int],
+    deadline: float,
+    eps: float,
+) -> tuple[float, float, list[int], bool]:
+    """Max weighted depth of boxes ``[lo, hi)`` (positions, up to 3 axes).
+
+    Best-first branch and bound over blocks of the compressed grid: a block's bound is
+    the weight of the boxes that meet it (a 3-D difference array per split), blocks small
+    enough are swept densely. Returns (best, bound, point positions, exact).
+    """
+    n, k = lo.shape
+    coords, clo, chi = [], np.zeros((n, 3), np.int64), np.zeros((n, 3), np.int64)
+    dims = [1, 1, 1]
+    for d in range(k):
+        br = np.unique(np.concatenate([lo[:, d], hi[:, d], [0, sizes[d]]]))
+        coords.append(br)
+        clo[:, d] = np.searchsorted(br, lo[:, d])
+        chi[:, d] = np.searchsorted(br, hi[:, d])
+        dims[d] = len(br) - 1
+    for d in range(k, 3):
+        clo[:, d], chi[:, d] = 0, 1
+    best, best_cell = -1.0, [0, 0, 0]
+    counter = itertools.count()
+    whole = (0, dims[0], 0, dims[1], 0, dims[2])
+    heap: list[tuple[float, int, tuple[int, ...], np.ndarray]] = [
+        (-float(w.sum()), next(counter), whole, np.arange(n))
+    ]
+    while heap:
+        neg_ub, _, reg, parent = heap[0]
+        if -neg_ub <= best + eps:
+            heap.clear()
+            break
+        if time.monotonic() > deadline:
+            return best, -neg_ub, _box_point(coords, best_cell, k), False
+        heapq.heappop(heap)
+        r0 = np.array(reg[0::2])
+        r1 = np.array(reg[1::2])
+        sel = parent[np.all((clo[parent] < r1) & (chi[parent] > r0), axis=1)]
+        shape = r1 - r0
+        a = np.clip(clo[sel], r0, r1) - r0
+        b = np.clip(chi[sel], r0, r1) - r0
+        ws = w[sel]
+        if int(np.prod(shape)) <= _DENSE_CELLS:
+            grid = _diff_sum(a, b, ws, shape)
+            flat = int(np.argmax(grid))
+            val = float(grid.flat[flat])
+            if val > best:
+                best = val
+                cell = np.unravel_index(flat, grid.shape)
+                best_cell = [int(c) + int(o) for c, o in zip(cell, r0, strict=True)]
+            continue
+        m = np.minimum(shape, _SPLIT)
+        step = -(-shape // m)
+        m = -(-shape // step)
+        ub = _diff_sum(a // step, (b - 1) // step + 1, ws, m)
+        for idx in zip(*np.nonzero(ub > best + eps), strict=True):
+            u = float(ub[idx])
+            s = r0 + np.array(idx) * step
+            e = np.minimum(s + step, r1)
+            heapq.heappush(
+                heap,
+                (-u, next(counter), (s[0], e[0], s[1], e[1], s[2], e[2]), sel),
+            )
+    return best, best, _box_point(coords, best_cell, k), True
+
+
+def _box_point(coords: list[np.ndarray], cell: list[int], k: int) -> list[int]:
+    return [int(coords[d][cell[d]]) for d in range(k)]
+
+
+def _diff_sum(a: np.ndarray, b: np.ndarray, w: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """Weighted count of boxes [a, b) at each cell of a grid of ``shape`` (3-D)."""
+    s0, s1, s2 = (int(x) + 1 for x in shape)
+    out = np.zeros(s0 * s1 * s2)
+    for c0, c1, c2 in itertools.product((0, 1), repeat=3):
+        sign = -1.0 if (c0 + c1 + c2) % 2 else 1.0
+        i0 = b[:, 0] if c0 else a[:, 0]
+        i1 = b[:, 1] if c1 else a[:, 1]
+        i2 = b[:, 2] if c2 else a[:, 2]
+        out += np.bincount((i0 * s1 + i1) * s2 + i2, weights=sign * w, minlength=out.size)
+    grid = out.reshape(s0, s1, s2)
+    grid = grid.cumsum(0).cumsum(1).cumsum(2)
+    return grid[:-1, :-1, :-1]
+
+
+# ------------------------------------------------------------------- components
+
+
+class _Component:
+    """Queries linked through shared attributes; solved independently of the others."""
+
+    def __init__(
+        self,
+        queries: Sequence[Query],
+        weights: np.ndarray,
+        local: np.ndarray,
+        attr_ids: list[int],
+        deadline: float,
+        eps: float,
+    ) -> None:
+        self.queries = queries
+        self.local = local  # global query index per local index
+        self.w = weights[local]
+        self.deadline = deadline
+        self.eps = eps
+        self.nodes = 0
+        schema = queries[int(local[0])].schema
+        self.schema = schema
+        pos_of = {a: i for i, a in enumerate(attr_ids)}
+        self.attr_ids = attr_ids
+        cons: list[list[int]] = [[] for _ in attr_ids]
+        covs: list[list[IntervalSet]] = [[] for _ in attr_ids]
+        pair_q, pair_a = [], []
+        single = True
+        for k, qi in enumerate(local):
+            for p in queries[int(qi)].predicates:
+                ai = pos_of[schema.index(p.attribute.name)]
+                cons[ai].append(k)
+                covs[ai].append(p.coverage)
+                pair_q.append(k)
+                pair_a.append(ai)
+                single = single and len(p.coverage) == 1
+        self.single = single
+        self.cons = [np.asarray(c, dtype=np.int64) for c in cons]
+        self.covs = covs
+        self.pair_q = np.asarray(pair_q)
+        self.pair_a = np.asarray(pair_a)
+        self._attrs: list[_Attr] | None = None
+        self._groups: tuple[np.ndarray, np.ndarray] | None = None
+
+    # -- lazily built structures
+    @property
+    def attrs(self) -> list[_Attr]:
+        if self._attrs is None:
+            self._attrs = [
+                _atoms(self.schema.attributes[j].size, self.covs[ai], self.cons[ai], j)
+                for ai, j in enumerate(self.attr_ids)
+            ]
+        return self._attrs
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._groups is None:
+            gid = _families(self.queries, self.local)
+            order = np.argsort(gid, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(gid[order]) != 0])
+            self._groups = (order, starts)
+        return self._groups
+
+    def bound(self, alive: np.ndarray) -> float:
+        order, starts = self.groups()
+        v = np.where(alive, self.w, 0.0)[order]
+        return float(np.maximum.reduceat(v, starts).sum()) if len(v) else 0.0
+
+    # -- solvers
+    def solve_boxes(
+        self, alive: np.ndarray, attrs: list[int]
+    ) -> tuple[float, float, dict[int, int], bool]:
+        qs = np.flatnonzero(alive)
+        k = len(attrs)
+        lo = np.zeros((len(qs), k), np.int64)
+        hi = np.empty((len(qs), k), np.int64)
+        sizes = [self.schema.attributes[self.attr_ids[ai]].size for ai in attrs]
+        hi[:] = sizes
+        row = {int(q): r for r, q in enumerate(qs)}
+        for d, ai in enumerate(attrs):
+            for q, cov in zip(self.cons[ai], self.covs[ai], strict=True):
+                r = row.get(int(q))
+                if r is not None:
+                    lo[r, d], hi[r, d] = cov[0]
+        best, ub, point, exact = _box_max(lo, hi, self.w[qs], sizes, self.deadline, self.eps)
+        return best, ub, {ai: point[d] for d, ai in enumerate(attrs)}, exact
+
+    def solve(self, alive: np.ndarray, undecided: np.ndarray) -> tuple[float, dict[int, int]]:
+        """Exact optimum over the undecided attributes for the alive queries."""
+        self.nodes += 1
+        if self.nodes % 64 == 0 and time.monotonic() > self.deadline:
+            raise _Timeout
+        live_pair = alive[self.pair_q] & undecided[self.pair_a]
+        open_q = np.zeros(len(self.w), bool)
+        open_q[self.pair_q[live_pair]] = True
+        settled = alive & ~open_q
+        total = float(self.w[settled].sum())
+        assign: dict[int, int] = {}
+        if not open_q.any():
+            return total, assign
+        pq, pa = self.pair_q[live_pair], self.pair_a[live_pair]
+        na = len(self.attr_ids)
+        nq = len(self.w)
+        graph = sparse.coo_matrix((np.ones(len(pq)), (pq, nq + pa)), shape=(nq + na, nq + na))
+        _, labels = connected_components(graph, directed=False)
+        comp_attrs: dict[int, list[int]] = defaultdict(list)
+        for ai in np.unique(pa):
+            comp_attrs[int(labels[nq + ai])].append(int(ai))
+        for lab, attrs in comp_attrs.items():
+            sub = open_q & (labels[:nq] == lab)
+            val, a = self.solve_connected(sub, attrs)
+            total += val
+            assign.update(a)
+        return total, assign
+
+    def solve_connected(self, alive: np.ndarray, attrs: list[int]) -> tuple[float, dict[int, int]]:
+        if len(attrs) == 1:
+            at = self.attrs[attrs[0]]
+            scores = at.cover.astype(np.float64) @ np.where(alive[at.qidx], self.w[at.qidx], 0.0)
+            best = int(np.argmax(scores))
+            return float(scores[best]), {attrs[0]: int(at.pos[best])}
+        if len(attrs) <= 3 and self.single:
+            best, _, point, exact = self.solve_boxes(alive, attrs)
+            if not exact:
+                raise _Timeout
+            return best, point
+        # branch on the attribute carrying the most alive weight
+        und = np.zeros(len(self.attr_ids), bool)
+        und[attrs] = True
+        loads = [float(self.w[self.cons[ai]][alive[self.cons[ai]]].sum()) for ai in attrs]
+        ai = attrs[int(np.argmax(loads))]
+        at = self.attrs[ai]
+        kids = np.repeat(alive[None, :], len(at.cover), axis=0)
+        kids[:, at.qidx] &= at.cover
+        # children with equal survivors are equivalent; one whose survivors are a subset
+        # of another's is dominated (node-level dominance)
+        kids, atom_of = np.unique(kids, axis=0, return_index=True)
+        if 1 < len(kids) <= 64:
+            c = kids.astype(np.float32)
+            sub = (c @ c.T) >= c.sum(axis=1)[:, None] - 0.5
+            np.fill_diagonal(sub, False)
+            keep = ~(sub & ~sub.T).any(axis=1)
+            kids, atom_of = kids[keep], atom_of[keep]
+        bounds = np.array([self.bound(kd) for kd in kids])
+        order = np.argsort(-bounds, kind="stable")
+        und[ai] = False
+        best, best_assign = -1.0, {}
+        for i in order:
+            if bounds[i] <= best + self.eps:
+                break
+            val, a = self.solve(kids[i], und)
+            if val > best:
+                best = val
+                best_assign = {**a, ai: int(at.pos[atom_of[i]])}
+        return best, best_assign
+
+    # -- 0/1 program
+    def milp(self, time_limit: float | None) -> tuple[float, float, dict[int, int], bool]:
+        from scipy.optimize import LinearConstraint, milp
+
+        attrs = self.attrs
+        offsets = np.cumsum([0] + [len(a.cover) for a in attrs])
+        nz = int(offsets[-1])
+        nq = len(self.w)
+        rows, cols, vals, lb, ub = [], [], [], [], []
+        r = 0
+        for ai, at in enumerate(attrs):  # each attribute takes exactly one atom
+            rows += [r] * len(at.cover)
+            cols += list(range(offsets[ai], offsets[ai + 1]))
+            vals += [1.0] * len(at.cover)
+            lb.append(1.0)
+            ub.append(1.0)
+            r += 1
+        for ai, at in enumerate(attrs):  # y_q <= sum of z over the atoms q covers
+            for k, q in enumerate(at.qidx):
+                col = at.cover[:, k]
+                inside = np.flatnonzero(col)
+                outside = np.flatnonzero(~col)
+                rows.append(r)
+                cols.append(nz + int(q))
+                vals.append(1.0)
+                if len(inside) <= len(outside):
+                    rows += [r] * len(inside)
+                    cols += list(offsets[ai] + inside)
+                    vals += [-1.0] * len(inside)
+                    lb.append(-np.inf)
+                    ub.append(0.0)
+                else:  # equivalently y_q + sum of z over the atoms q misses <= 1
+                    rows += [r] * len(outside)
+                    cols += list(offsets[ai] + outside)
+                    vals += [1.0] * len(outside)
+                    lb.append(-np.inf)
+                    ub.append(1.0)
+                r += 1
+        a_mat = sparse.csr_matrix((vals, (rows, cols)), shape=(r, nz + nq))
+        c = np.concatenate([np.zeros(nz), -self.w])
+        integrality = np.concatenate([np.ones(nz), np.zeros(nq)])
+        options: dict[str, float | bool] = {"mip_rel_gap": 0.0, "disp": False}
+        if time_limit is not None:
+            options["time_limit"] = max(time_limit, 0.01)
+        res = milp(
+            c,
+            constraints=LinearConstraint(a_mat, lb, ub),
+            integrality=integrality,
+            bounds=(0, 1),
+            options=options,
+        )
+        dual = getattr(res, "mip_dual_bound", None)
+        upper = -float(dual) if dual is not None and np.isfinite(dual) else float(self.w.sum())
+        assign: dict[int, int] = {}
+        if res.x is not None:
+            for ai, at in enumerate(attrs):
+                assign[ai] = int(at.pos[int(np.argmax(res.x[offsets[ai] : offsets[ai + 1]]))])
+        return upper, upper, assign, res.status == 0
+
+    def covered(self, assign: Mapping[int, int]) -> np.ndarray:
+        """Local queries that cover the point (attribute position -> value position)."""
+        ok = np.ones(len(self.w), bool)
+        for ai in range(len(self.attr_ids)):
+            p = assign.get(ai, 0)
+            owner, s, e = self._flat(ai)
+            hit = np.zeros(len(self.cons[ai]), bool)
+            hit[owner[(s <= p) & (p < e)]] = True
+            ok[self.cons[ai][~hit]] = False
+        return ok
+
+    def _flat(self, ai: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        owner, s, e = [], [], []
+        for k, cov in enumerate(self.covs[ai]):
+            for a, b in cov:
+                owner.append(k)
+                s.append(a)
+                e.append(b)
+        return np.asarray(owner, np.int64), np.asarray(s), np.asarray(e)
+
+
+# ------------------------------------------------------------------------ public
+
+
+def _prepare(
+    queries: Sequence[Query] | Iterable[Query], weights: Sequence[float] | None
+) -> tuple[list[Query], np.ndarray, bool]:
+    qs = list(queries)
+    if weights is None:
+        ws = getattr(queries, "weights", None)
+        weights = ws if ws is not None else [1.0] * len(qs)
+    w = np.asarray(list(weights), dtype=np.float64)
+    if w.shape != (len(qs),):
+        raise ValueError(f"got {len(w)} weights for {len(qs)} queries")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("weights must be finite and non-negative")
+    if qs:
+        schema = qs[0].schema
+        if any(q.schema != schema for q in qs):
+            raise ValueError("all queries must share one schema")
+    integral = bool(np.all(w == np.round(w)))
+    return qs, w, integral
+
+
+def max_overlap(
+    queries: Sequence[Query] | Iterable[Query],
+    weights: Sequence[float] | None = None,
+    time_limit: float | None = None,
+) -> OverlapResult:
+    """gamma(Q), or gamma_w(Q) with additive weights (seed 002, Smith et al. 2022).
+
+    Exact unless ``time_limit`` (seconds) stops the search; then ``value`` is a safe
+    upper bound and ``exact`` is False. ``weights`` default to those of a
+    :class:`~dpcurator.queries.parser.Workload`, else 1.
+    """
+    start = time.monotonic()
+    deadline = math.inf if time_limit is None else start + time_limit
+    qs, w, integral = _prepare(queries, weights)
+    eps = 0.0 if integral else 1e-9 * max(1.0, float(w.sum()))
+    if not qs:
+        return OverlapResult(0, True, 0, 0, {}, (), "empty")
+    schema = qs[0].schema
+    active = np.array([not q.is_empty for q in qs]) & (w > 0)
+    constrained = active & np.array([bool(q.predicates) for q in qs])
+    total = float(w[active & ~constrained].sum())
+    # connected components of attributes linked by queries (union-find)
+    parent = list(range(len(schema)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    cidx = np.flatnonzero(constrained)
+    first_attr = np.empty(len(qs), np.int64)
+    for qi in cidx:
+        ids = [schema.index(p.attribute.name) for p in qs[qi].predicates]
+        first_attr[qi] = ids[0]
+        root = find(ids[0])
+        for j in ids[1:]:
+            rj = find(j)
+            if rj != root:
+                parent[rj] = root
+    comp_q: dict[int, list[int]] = defaultdict(list)
+    for qi in cidx:
+        comp_q[find(int(first_attr[qi]))].append(int(qi))
+    comp_attrs: dict[int, list[int]] = defaultdict(list)
+    for j in range(len(schema)):
+        if find(j) in comp_q:
+            comp_attrs[find(j)].append(j)
+
+    point = [0] * len(schema)
+    lower = upper = total
+    exact = True
+    methods: set[str] = set()
+    covered = active & ~constrained
+    hard: list[_Component] = []
+    for root, members in comp_q.items():
+        comp = _Component(qs, w, np.asarray(members), comp_attrs[root], deadline, eps)
+        alive = np.ones(len(members), bool)
+        und = np.ones(len(comp.attr_ids), bool)
+        if len(comp.attr_ids) <= 3 and comp.single:
+            _, up, assign, ok = comp.solve_boxes(alive, list(range(len(comp.attr_ids))))
+            methods.add("boxes")
+            exact = exact and ok
+            upper += up
+            cov = comp.covered(assign)
+            covered[comp.local[cov]] = True
+            for ai, p in assign.items():
+                point[comp.attr_ids[ai]] = p
+            continue
+        try:
+            if len(comp.attr_ids) > 3 or not comp.single:
+                # branch and bound gets a slice of the time, then the 0/1 program
+                remaining = (deadline - time.monotonic()) if time_limit is not None else math.inf
+                slice_ = min(_BNB_CAP, _BNB_SHARE * remaining) if time_limit else _BNB_CAP
+                comp.deadline = min(deadline, time.monotonic() + slice_)
+            val, assign = comp.solve(alive, und)
+            methods.add("components" if len(comp_q) > 1 else "branch-and-bound")
+            up = val
+        except _Timeout:
+            comp.deadline = deadline
+            hard.append(comp)
+            continue
+        upper += up
+        cov = comp.covered(assign)
+        covered[comp.local[cov]] = True
+        lower += float(w[comp.local[cov]].sum())
+        for ai, p in assign.items():
+            point[comp.attr_ids[ai]] = p
+    for comp in hard:
+        remaining = None if time_limit is None else max(0.0, deadline - time.monotonic())
+        up, _, assign, ok = comp.milp(remaining)
+        methods.add("milp")
+        cov = comp.covered(assign)
+        got = float(w[comp.local[cov]].sum())
+        root_bound = comp.bound(np.ones(len(comp.w), bool))
+        up = min(up, root_bound)
+        if integral:
+            up = math.floor(up + 1e-6)
+        if ok and got >= up - max(eps, 1e-7 * max(1.0, up)):
+            up = got
+        else:
+            exact = False
+            up = max(up, got)
+        upper += up
+        lower += got
+        covered[comp.local[cov]] = True
+        for ai, p in assign.items():
+            point[comp.attr_ids[ai]] = p
+    witness = {a.name: a.value(point[j]) for j, a in enumerate(schema.attributes)}
+    for i in np.flatnonzero(~active):  # weightless queries still belong to the witness set
+        if not qs[i].is_empty and qs[i].covers(witness):
+            covered[i] = True
+    wq = tuple(int(i) for i in np.flatnonzero(covered))
+    lower = float(w[list(wq)].sum()) if wq else 0.0
+    if exact:
+        upper = lower
+    elif not exact and len(qs) <= 20000:
+        upper = min(upper, colouring_bound(qs, w).value)
+    value = lower if exact else upper
+    return OverlapResult(
+        value=_num(value, integral),
+        exact=exact,
+        upper_bound=_num(upper, integral) if integral else upper,
+        lower_bound=_num(lower, integral),
+        witness=witness,
+        witness_queries=wq,
+        method="+".join(sorted(methods)) or "trivial",
+    )
+
+
+# -------------------------------------------------------------------- colouring
+
+
+def overlap_graph(queries: Sequence[Query]) -> np.ndarray:
+    """Boolean adjacency matrix: True where two queries share a point (seed 002's
+    pairwise-overlap graph; quadratic in the number of queries)."""
+    t = len(queries)
+    if not t:
+        return np.zeros((0, 0), bool)
+    schema = queries[0].schema
+    adj = np.ones((t, t), bool)
+    empty = np.array([q.is_empty for q in queries])
+    per_attr: dict[int, tuple[list[int], list[IntervalSet]]] = defaultdict(lambda: ([], []))
+    for i, q in enumerate(queries):
+        for p in q.predicates:
+            idx, covs = per_attr[schema.index(p.attribute.name)]
+            idx.append(i)
+            covs.append(p.coverage)
+    for j, (idx, covs) in per_attr.items():
+        ix = np.asarray(idx)
+        if all(len(c) == 1 for c in covs):
+            lo = np.array([c[0][0] for c in covs])
+            hi = np.array([c[0][1] for c in covs])
+            meet = (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
+        else:
+            at = _atoms(schema.attributes[j].size, covs, ix, j)
+            m = at.cover.T.astype(np.float32)
+            meet = (m @ m.T) > 0.5
+        adj[np.ix_(ix, ix)] &= meet
+    adj[empty, :] = False
+    adj[:, empty] = False
+    np.fill_diagonal(adj, False)
+    return adj
+
+
+def colouring_bound(
+    queries: Sequence[Query] | Iterable[Query], weights: Sequence[float] | None = None
+) -> ColouringResult:
+    """The paper's upper bound (seed 002): greedy (largest-degree-first) colouring of
+    the pairwise-overlap graph. gamma <= clique number <= colours; with weights,
+    gamma_w <= sum over colour classes of their largest weight. Costs O(t^2)."""
+    qs, w, integral = _prepare(queries, weights)
+    if not qs:
+        return ColouringResult(0, 0)
+    adj = overlap_graph(qs)
+    active = np.array([not q.is_empty for q in qs]) & (w > 0)
+    adj[~active] = False
+    adj[:, ~active] = False
+    colours = np.full(len(qs), -1, np.int64)
+    order = np.argsort(-adj.sum(axis=1), kind="stable")
+    for v in order:
+        if not active[v]:
+            continue
+        used = colours[adj[v]]
+        used = used[used >= 0]
+        if used.size == 0:
+            colours[v] = 0
+            continue
+        taken = np.zeros(int(used.max()) + 2, bool)
+        taken[used] = True
+        colours[v] = int(np.argmin(taken))
+    ncol = int(colours.max()) + 1 if active.any() else 0
+    best = np.zeros(max(ncol, 1))
+    np.maximum.at(best, colours[active], w[active])
+    value = float(best.sum()) if ncol else 0.0
+    return ColouringResult(_num(value, integral), ncol)

@@ -1,0 +1,487 @@
+"""The query language (a WHERE-clause subset) and the workload format.
+
+A query is a conjunction across attributes; ``OR`` is accepted only between predicates
+on one attribute (the union stays a predicate on that attribute), because an ``OR``
+across attributes is not a predicate query in the sense of seed 002 (Smith et al.,
+PoPETs 2022) and its coverage is not a product set. Every literal must be a value of
+its attribute's domain: a value outside it is an error rather than a silent
+contradiction, since it is far more often a typo than an intent (write ``IN ()`` for an
+explicit contradiction).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpcurator.errors import QueryError, WorkloadError
+from dpcurator.queries.predicates import (
+    IntervalSet,
+    Query,
+    complement,
+    intersect,
+    normalize,
+    union,
+)
+from dpcurator.queries.schema import Attribute, Schema
+
+#: A workload may expand (histograms, marginals) to at most this many queries.
+MAX_QUERIES = 2_000_000
+
+_KEYWORDS = {"AND", "OR", "NOT", "IN", "BETWEEN"}
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<qident>"[^"]+")
+  | (?P<number>-?\d+(?![\w.]))
+  | (?P<op><=|>=|!=|<>|=|<|>)
+  | (?P<punct>[(),])
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # string, ident, number, op, punct, kw, end
+    text: str
+    value: int | str | None
+    col: int  # 1-based
+
+
+def _tokenize(text: str, offset: int) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            if text[pos] == "'":
+                raise QueryError(f"column {pos + 1 + offset}: unterminated string")
+            raise QueryError(f"column {pos + 1 + offset}: syntax error at {text[pos]!r}")
+        kind = m.lastgroup or ""
+        tok = m.group()
+        col = pos + 1 + offset
+        pos = m.end()
+        if kind == "ws":
+            continue
+        if kind == "string":
+            toks.append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
+        elif kind == "qident":
+            toks.append(_Tok("ident", tok, tok[1:-1], col))
+        elif kind == "number":
+            toks.append(_Tok("number", tok, int(tok), col))
+        elif kind == "ident" and tok.upper() in _KEYWORDS:
+            toks.append(_Tok("kw", tok.upper(), tok.upper(), col))
+        else:
+            toks.append(_Tok(kind, tok, tok, col))
+    toks.append(_Tok("end", "end of query", None, len(text) + 1 + offset))
+    return toks
+
+
+# An expression evaluates to attribute name -> coverage (a conjunction).
+_Conj = dict[str, IntervalSet]
+
+
+class _Parser:
+    def __init__(self, text: str, schema: Schema, offset: int) -> None:
+        self.schema = schema
+        self.toks = _tokenize(text, offset)
+        self.i = 0
+
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def next(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i += 1
+        return tok
+
+    def fail(self, tok: _Tok, expected: str) -> QueryError:
+        got = tok.text if tok.kind != "end" else "end of query"
+        return QueryError(f"column {tok.col}: syntax error: expected {expected}, got {got!r}")
+
+    def expect(self, kind: str, text: str, expected: str) -> _Tok:
+        tok = self.next()
+        if tok.kind != kind or tok.text != text:
+            raise self.fail(tok, expected)
+        return tok
+
+    def parse(self) -> _Conj:
+        if self.peek().kind == "end":
+            raise self.fail(self.peek(), "a predicate")
+        result = self.or_expr()
+        if self.peek().kind != "end":
+            raise self.fail(self.peek(), "AND, OR or end of query")
+        return result
+
+    def or_expr(self) -> _Conj:
+        start = self.peek()
+        left = self.and_expr()
+        while self.peek().kind == "kw" and self.peek().text == "OR":
+            self.next()
+            right = self.and_expr()
+            if len(left) != 1 or left.keys() != right.keys():
+                names = sorted(set(left) | set(right))
+                raise QueryError(
+                    f"column {start.col}: OR across attributes ({', '.join(names)}) "
+                    "is not a predicate query"
+                )
+            (name,) = left
+            left = {name: union(left[name], right[name])}
+        return left
+
+    def and_expr(self) -> _Conj:
+        result = self.primary()
+        while self.peek().kind == "kw" and self.peek().text == "AND":
+            self.next()
+            right = self.primary()
+            for name, cov in right.items():
+                result[name] = intersect(result[name], cov) if name in result else cov
+        return result
+
+    def primary(self) -> _Conj:
+        tok = self.peek()
+        if tok.kind == "punct" and tok.text == "(":
+            self.next()
+            inner = self.or_expr()
+            self.expect("punct", ")", "')'")
+            return inner
+        return self.predicate()
+
+    def literal(self, attr: Attribute) -> int:
+        tok = self.next()
+        if tok.kind not in ("string", "number"):
+            raise self.fail(tok, "a value")
+        if attr.type == "integer":
+            if tok.kind != "number":
+                raise QueryError(
+                    f"column {tok.col}: attribute {attr.name!r} is integer, got string {tok.text}"
+                )
+        elif tok.kind != "string":
+            raise QueryError(
+                f"column {tok.col}: attribute {attr.name!r} is categorical, "
+                f"got number {tok.text} (quote it: '{tok.text}')"
+            )
+        assert tok.value is not None
+        try:
+            return attr.position(tok.value)
+        except KeyError:
+            if attr.type == "integer":
+                raise QueryError(
+                    f"column {tok.col}: value {tok.text} is outside the domain of "
+                    f"{attr.name!r} [{attr.min}, {attr.max}]"
+                ) from None
+            raise QueryError(
+                f"column {tok.col}: value {tok.text} is not in the domain of {attr.name!r}"
+            ) from None
+
+    def require_ordered(self, attr: Attribute, tok: _Tok) -> None:
+        if not attr.ordered:
+            raise QueryError(
+                f"column {tok.col}: range {tok.text} on unordered categorical {attr.name!r}"
+            )
+
+    def predicate(self) -> _Conj:
+        tok = self.next()
+        if tok.kind != "ident":
+            raise self.fail(tok, "an attribute name or '('")
+        name = str(tok.value)
+        if name not in self.schema:
+            raise QueryError(f"column {tok.col}: unknown attribute {name!r}")
+        attr = self.schema.attribute(name)
+        size = attr.size
+        op = self.next()
+        negate = False
+        if op.kind == "kw" and op.text == "NOT":
+            negate = True
+            op = self.next()
+            if not (op.kind == "kw" and op.text in ("IN", "BETWEEN")):
+                raise self.fail(op, "IN or BETWEEN after NOT")
+        cov: IntervalSet
+        if op.kind == "op":
+            pos = self.literal(attr)
+            if op.text == "=":
+                cov = ((pos, pos + 1),)
+            elif op.text in ("!=", "<>"):
+                cov = complement(((pos, pos + 1),), size)
+            else:
+                self.require_ordered(attr, op)
+                cov = {
+                    "<": ((0, pos),),
+                    "<=": ((0, pos + 1),),
+                    ">": ((pos + 1, size),),
+                    ">=": ((pos, size),),
+                }[op.text]
+        elif op.kind == "kw" and op.text == "IN":
+            self.expect("punct", "(", "'(' after IN")
+            positions: list[int] = []
+            if self.peek().kind == "punct" and self.peek().text == ")":
+                self.next()
+            else:
+                while True:
+                    positions.append(self.literal(attr))
+                    sep = self.next()
+                    if sep.kind == "punct" and sep.text == ")":
+                        break
+                    if not (sep.kind == "punct" and sep.text == ","):
+                        raise self.fail(sep, "',' or ')'")
+            cov = normalize((p, p + 1) for p in positions)
+        elif op.kind == "kw" and op.text == "BETWEEN":
+            self.require_ordered(attr, op)
+            lo = self.literal(attr)
+            self.expect("kw", "AND", "AND in BETWEEN")
+            hi = self.literal(attr)
+            cov = normalize([(lo, hi + 1)])
+        else:
+            raise self.fail(op, "a comparison, IN, NOT IN or BETWEEN")
+        if negate:
+            cov = complement(cov, size)
+        return {name: normalize(cov)}
+
+
+def parse_query(text: str, schema: Schema, *, line: int | None = None, _offset: int = 0) -> Query:
+    """Parse a WHERE-clause subset into a :class:`Query` (errors: :class:`QueryError`).
+
+    Grammar: comparisons ``= != <> < <= > >=``, ``[NOT] BETWEEN a AND b``,
+    ``[NOT] IN (...)``, ``AND``, ``OR`` within one attribute, parentheses,
+    single-quoted strings (``''`` escapes a quote), integers; keywords are
+    case-insensitive. Constraints on one attribute intersect.
+    """
+    if not isinstance(text, str):
+        raise QueryError("a query must be a string")
+    conj = _Parser(text, schema, _offset).parse()
+    return Query.from_coverages(schema, conj, text=text.strip(), line=line)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Queries with their weights, in file order; each query keeps its source line."""
+
+    queries: tuple[Query, ...]
+    weights: tuple[float, ...]
+    source: str = "<workload>"
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __iter__(self) -> Iterator[Query]:
+        return iter(self.queries)
+
+    def __getitem__(self, i: int) -> Query:
+        return self.queries[i]
+
+    @property
+    def total_weight(self) -> float:
+        """What sequential composition charges: the sum of the weights."""
+        return math.fsum(self.weights)
+
+
+def _outside_quotes(text: str, char: str) -> list[int]:
+    """Positions of ``char`` outside single-quoted strings."""
+    out, quoted = [], False
+    for i, c in enumerate(text):
+        if c == "'":
+            quoted = not quoted
+        elif c == char and not quoted:
+            out.append(i)
+    return out
+
+
+_MACRO = re.compile(r"^(histogram|marginal)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
+_BINS = re.compile(r"^bins\s*=\s*\[(.*)\]$", re.IGNORECASE | re.DOTALL)
+
+
+def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
+    """One workload entry -> its queries (a macro expands to many)."""
+    if body.lower() == "total":
+        return [Query(schema, (), "total", line)]
+    m = _MACRO.match(body)
+    if m is None:
+        return [parse_query(body, schema, line=line, _offset=offset)]
+    kind = m.group(1).lower()
+    inner = m.group(2).strip()
+    if kind == "histogram":
+        bins_text = None
+        bm = re.match(r"^([^,]+?)\s*(?:,\s*(.*))?$", inner, re.DOTALL)
+        if bm is None:
+            raise QueryError("histogram needs an attribute: histogram(attr)")
+        name = bm.group(1).strip().strip('"')
+        if bm.group(2) is not None:
+            bb = _BINS.match(bm.group(2).strip())
+            if bb is None:
+                raise QueryError("histogram takes histogram(attr) or histogram(attr, bins=[...])")
+            bins_text = bb.group(1)
+        if name not in schema:
+            raise QueryError(f"unknown attribute {name!r}")
+        attr = schema.attribute(name)
+        if bins_text is None:
+            if attr.size > MAX_QUERIES:
+                raise QueryError(
+                    f"histogram({name}) would have {attr.size} bins (limit {MAX_QUERIES})"
+                )
+            return [
+                Query.from_coverages(schema, {name: ((p, p + 1),)}, line=line)
+                for p in range(attr.size)
+            ]
+        if attr.type != "integer":
+            raise QueryError(f"bins need an integer attribute; {name!r} is categorical")
+        try:
+            edges = [int(x) for x in bins_text.split(",") if x.strip()]
+        except ValueError:
+            raise QueryError(f"bins must be integers: [{bins_text}]") from None
+        if len(edges) < 2:
+            raise QueryError("bins need at least two edges")
+        if any(b <= a for a, b in itertools.pairwise(edges)):
+            raise QueryError("bin edges must increase strictly")
+        if edges[0] > attr.min or edges[-1] <= attr.max:
+            raise QueryError(
+                f"bins [{edges[0]}, {edges[-1]}) must cover {name!r} [{attr.min}, {attr.max}]"
+            )
+        out = []
+        for a, b in itertools.pairwise(edges):
+            s = min(max(a, attr.min), attr.max + 1) - attr.min
+            e = min(max(b, attr.min), attr.max + 1) - attr.min
+            out.append(Query.from_coverages(schema, {name: ((s, e),) if s < e else ()}, line=line))
+        return out
+    names = [n.strip().strip('"') for n in inner.split(",")]
+    if not names or any(not n for n in names):
+        raise QueryError("marginal needs attributes: marginal(a1, a2, ...)")
+    for n in names:
+        if n not in schema:
+            raise QueryError(f"unknown attribute {n!r}")
+    if len(set(names)) != len(names):
+        raise QueryError("marginal attributes must be distinct")
+    attrs = [schema.attribute(n) for n in names]
+    cells = math.prod(a.size for a in attrs)
+    if cells > MAX_QUERIES:
+        raise QueryError(
+            f"marginal({', '.join(names)}) would have {cells} cells (limit {MAX_QUERIES})"
+        )
+    return [
+        Query.from_coverages(
+            schema, {n: ((p, p + 1),) for n, p in zip(names, cell, strict=True)}, line=line
+        )
+        for cell in itertools.product(*(range(a.size) for a in attrs))
+    ]
+
+
+def _json_entries(text: str, name: str) -> list[tuple[int, str, object]]:
+    """Elements of a JSON array with the line each starts on."""
+    dec = json.JSONDecoder()
+    pos = text.index("[") + 1
+    out: list[tuple[int, str, object]] = []
+
+    def skip(p: int) -> int:
+        while p < len(text) and text[p].isspace():
+            p += 1
+        return p
+
+    pos = skip(pos)
+    if pos < len(text) and text[pos] == "]":
+        return out
+    while True:
+        line = text.count("\n", 0, pos) + 1
+        try:
+            value, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            raise WorkloadError(f"{name}:{err.lineno}: invalid JSON: {err.msg}") from None
+        out.append((line, text[pos:end], value))
+        pos = skip(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < len(text) and text[pos] == "]":
+            if text[pos + 1 :].strip():
+                lineno = text.count("\n", 0, pos) + 1
+                raise WorkloadError(f"{name}:{lineno}: invalid JSON: extra data after ']'")
+            return out
+        lineno = text.count("\n", 0, pos) + 1
+        raise WorkloadError(f"{name}:{lineno}: invalid JSON: expected ',' or ']'")
+
+
+def _weight(text: str) -> float:
+    try:
+        w = float(text)
+    except ValueError:
+        raise QueryError(f"weight must be a positive number, got {text.strip()!r}") from None
+    if not math.isfinite(w) or w <= 0:
+        raise QueryError(f"weight must be a positive number, got {text.strip()!r}")
+    return w
+
+
+def parse_workload(source: str | Path, schema: Schema) -> Workload:
+    """Parse a workload from a path or from text (errors: ``file:line: message``).
+
+    A :class:`~pathlib.Path`, or a one-line string naming an existing file, is read as a
+    file; any other string is workload text. Text format: one entry per line (a query,
+    ``total``, ``histogram(attr)``, ``histogram(attr, bins=[a, b, ...])`` or
+    ``marginal(a1, a2, ...)``), optionally ending in ``@ weight``; blank lines and
+    ``#`` comments are ignored. Text starting with ``[`` is JSON:
+    ``[{"query": "...", "weight": 0.5}, "...", ...]``.
+    """
+    if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
+        name = str(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as err:
+            raise WorkloadError(f"{name}: cannot read workload: {err.strerror or err}") from None
+        except UnicodeDecodeError:
+            raise WorkloadError(f"{name}: workload is not UTF-8 text") from None
+    else:
+        name, text = "<workload>", source
+    queries: list[Query] = []
+    weights: list[float] = []
+
+    def add(qs: Sequence[Query], w: float, line: int) -> None:
+        if len(queries) + len(qs) > MAX_QUERIES:
+            raise WorkloadError(f"{name}:{line}: workload exceeds {MAX_QUERIES} queries")
+        queries.extend(qs)
+        weights.extend([w] * len(qs))
+
+    if text.lstrip().startswith("["):
+        for line, _raw, value in _json_entries(text, name):
+            try:
+                if isinstance(value, str):
+                    body, w = value, 1.0
+                elif isinstance(value, dict) and isinstance(value.get("query"), str):
+                    extra = set(value) - {"query", "weight"}
+                    if extra:
+                        raise QueryError(f"unknown key {sorted(extra)[0]!r}")
+                    body = value["query"]
+                    raw_w = value.get("weight", 1.0)
+                    if isinstance(raw_w, bool) or not isinstance(raw_w, int | float):
+                        raise QueryError(f"weight must be a positive number, got {raw_w!r}")
+                    w = _weight(str(raw_w))
+                else:
+                    raise QueryError('an entry is a string or {"query": "...", "weight": w}')
+                add(_expand(body.strip(), schema, line, 0), w, line)
+            except QueryError as err:
+                msg = re.sub(r"^column \d+: ", "", str(err))
+                raise WorkloadError(f"{name}:{line}: {msg}") from None
+        return Workload(tuple(queries), tuple(weights), name)
+
+    for line, raw in enumerate(text.splitlines(), start=1):
+        hashes = _outside_quotes(raw, "#")
+        body = raw[: hashes[0]] if hashes else raw
+        if not body.strip():
+            continue
+        try:
+            if body.count("'") % 2:
+                raise QueryError(f"column {body.index(chr(39)) + 1}: unterminated string")
+            w = 1.0
+            ats = _outside_quotes(body, "@")
+            if ats:
+                w = _weight(body[ats[-1] + 1 :])
+                body = body[: ats[-1]]
+            offset = len(body) - len(body.lstrip())
+            add(_expand(body.strip(), schema, line, offset), w, line)
+        except QueryError as err:
+            raise WorkloadError(f"{name}:{line}: {err}") from None
+    return Workload(tuple(queries), tuple(weights), name)

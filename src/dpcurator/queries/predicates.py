@@ -1,0 +1,244 @@
+"""Predicates, predicate queries and their coverage (seed 002, Smith et al., PoPETs 2022).
+
+Following seed 002, a *predicate* on an attribute is a set of its values (its
+*coverage*), a *predicate query* is a conjunction of predicates on distinct attributes
+and its coverage is the product of the per-attribute coverages; attributes a query
+does not mention carry a tautology. A coverage is stored as sorted, disjoint, non-adjacent
+half-open intervals of value positions, so a predicate like ``age != 40`` on a huge
+integer range costs two intervals, not a billion values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dpcurator.queries.schema import Attribute, Schema
+
+Interval = tuple[int, int]
+IntervalSet = tuple[Interval, ...]
+
+
+def normalize(intervals: Iterable[Interval]) -> IntervalSet:
+    """Sort, drop empties and merge overlapping or touching intervals."""
+    out: list[list[int]] = []
+    for s, e in sorted((s, e) for s, e in intervals if s < e):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return tuple((s, e) for s, e in out)
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """Intersection of two normalised interval sets (linear merge)."""
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s = max(a[i][0], b[j][0])
+        e = min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def union(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """Union of two interval sets."""
+    return normalize(a + b)
+
+
+def complement(a: IntervalSet, size: int) -> IntervalSet:
+    """Complement of ``a`` inside ``[0, size)``."""
+    out: list[Interval] = []
+    prev = 0
+    for s, e in a:
+        if s > prev:
+            out.append((prev, s))
+        prev = e
+    if prev < size:
+        out.append((prev, size))
+    return tuple(out)
+
+
+def contains(a: IntervalSet, pos: int) -> bool:
+    """Whether position ``pos`` is in ``a``."""
+    return any(s <= pos < e for s, e in a)
+
+
+def measure(a: IntervalSet) -> int:
+    """Number of positions in ``a``."""
+    return sum(e - s for s, e in a)
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """The coverage of a query on one attribute: value positions, as intervals."""
+
+    attribute: Attribute
+    coverage: IntervalSet
+
+    def covers(self, value: int | str) -> bool:
+        """Whether the attribute value ``value`` satisfies the predicate."""
+        try:
+            pos = self.attribute.position(value)
+        except KeyError:
+            return False
+        return contains(self.coverage, pos)
+
+    @property
+    def is_tautology(self) -> bool:
+        return self.coverage == ((0, self.attribute.size),)
+
+    @property
+    def is_contradiction(self) -> bool:
+        return not self.coverage
+
+    def to_text(self) -> str:
+        """Query-language text that parses back to this predicate."""
+        return render_coverage(self.attribute, self.coverage)
+
+
+def _lit(attr: Attribute, pos: int) -> str:
+    v = attr.value(pos)
+    if isinstance(v, int):
+        return str(v)
+    return "'" + v.replace("'", "''") + "'"
+
+
+def render_coverage(attr: Attribute, cov: IntervalSet) -> str:
+    """Shortest-ish text for a coverage: ``=``, ``BETWEEN``, ``IN``, ``NOT IN`` or an OR of ranges."""
+    name = attr.name
+    if not cov:
+        return f"{name} IN ()"
+    size = attr.size
+    n = measure(cov)
+    if not attr.ordered:
+        if n == 1:
+            return f"{name} = {_lit(attr, cov[0][0])}"
+        if 2 * n > size:
+            comp = complement(cov, size)
+            vals = [_lit(attr, p) for s, e in comp for p in range(s, e)]
+            return (
+                f"{name} != {vals[0]}" if len(vals) == 1 else f"{name} NOT IN ({', '.join(vals)})"
+            )
+        vals = [_lit(attr, p) for s, e in cov for p in range(s, e)]
+        return f"{name} IN ({', '.join(vals)})"
+    parts = []
+    for s, e in cov:
+        if e - s == 1:
+            parts.append(f"{name} = {_lit(attr, s)}")
+        elif s == 0 and e == size:
+            parts.append(f"{name} BETWEEN {_lit(attr, 0)} AND {_lit(attr, size - 1)}")
+        elif s == 0:
+            parts.append(f"{name} <= {_lit(attr, e - 1)}")
+        elif e == size:
+            parts.append(f"{name} >= {_lit(attr, s)}")
+        else:
+            parts.append(f"{name} BETWEEN {_lit(attr, s)} AND {_lit(attr, e - 1)}")
+    if len(parts) == 1:
+        return parts[0]
+    return "(" + " OR ".join(parts) + ")"
+
+
+@dataclass(frozen=True)
+class Query:
+    """A predicate query: a conjunction of predicates on distinct attributes.
+
+    ``predicates`` holds only the non-tautological ones, in schema order; a query with
+    none covers the whole domain (``total``), one with a contradiction covers nothing
+    (valid: its count is 0). ``text`` and ``line`` record where it came from.
+    """
+
+    schema: Schema = field(compare=False, repr=False)
+    predicates: tuple[Predicate, ...]
+    text: str = field(default="", compare=False)
+    line: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_coverages(
+        cls,
+        schema: Schema,
+        coverages: dict[str, IntervalSet],
+        text: str = "",
+        line: int | None = None,
+    ) -> Query:
+        """Build a query from attribute name -> coverage (tautologies are dropped)."""
+        preds = []
+        for attr in schema.attributes:
+            if attr.name in coverages:
+                cov = normalize(coverages[attr.name])
+                if cov and (cov[0][0] < 0 or cov[-1][1] > attr.size):
+                    raise ValueError(f"coverage of {attr.name!r} leaves its domain")
+                if cov != ((0, attr.size),):
+                    preds.append(Predicate(attr, cov))
+        q = cls(schema, tuple(preds), text, line)
+        if not text:
+            object.__setattr__(q, "text", q.to_text())
+        return q
+
+    @property
+    def is_empty(self) -> bool:
+        """True if the query covers no point of the domain (a contradiction)."""
+        return any(not p.coverage for p in self.predicates)
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """Names of the attributes the query constrains."""
+        return tuple(p.attribute.name for p in self.predicates)
+
+    def coverage(self, name: str) -> IntervalSet:
+        """Coverage on attribute ``name`` (the whole domain if unconstrained)."""
+        for p in self.predicates:
+            if p.attribute.name == name:
+                return p.coverage
+        return ((0, self.schema.attribute(name).size),)
+
+    def covers(self, point: dict[str, int | str]) -> bool:
+        """Whether the domain point ``point`` (attribute -> value) satisfies the query."""
+        return all(p.covers(point[p.attribute.name]) for p in self.predicates)
+
+    def to_text(self) -> str:
+        """Canonical query text; ``parse_query(q.to_text(), schema) == q``."""
+        if not self.predicates:
+            return "total"
+        return " AND ".join(p.to_text() for p in self.predicates)
+
+    def __str__(self) -> str:
+        return self.text or self.to_text()
+
+
+def disjoint(q1: Query, q2: Query) -> bool:
+    """Whether two queries share no point: true iff on some attribute their coverages
+    are disjoint (seed 002; polynomial in the number of attributes)."""
+    if q1.is_empty or q2.is_empty:
+        return True
+    c2 = {p.attribute.name: p.coverage for p in q2.predicates}
+    for p in q1.predicates:
+        other = c2.get(p.attribute.name)
+        if other is not None and not intersect(p.coverage, other):
+            return True
+    return False
+
+
+def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
+    """A point covered by every query, or None. A set of queries has a common point iff
+    on every attribute the coverages of all of them intersect (seed 002)."""
+    if not queries:
+        raise ValueError("common_point needs at least one query")
+    schema = queries[0].schema
+    point: dict[str, int | str] = {}
+    for attr in schema.attributes:
+        cov: IntervalSet = ((0, attr.size),)
+        for q in queries:
+            for p in q.predicates:
+                if p.attribute.name == attr.name:
+                    cov = intersect(cov, p.coverage)
+        if not cov:
+            return None
+        point[attr.name] = attr.value(cov[0][0])
+    return point
