@@ -46,12 +46,18 @@ def _small(x: Fraction, bits: int) -> bool:
     return x.numerator < (1 << (bits + 2)) and x.denominator < (1 << (bits + 2))
 
 
+def _grid_exponent(x: Fraction, bits: int) -> int:
+    """k >= 0 such that x * 2^k has about ``bits`` bits before the binary point."""
+    log2 = x.numerator.bit_length() - x.denominator.bit_length()  # floor(log2 x) or one more
+    return max(0, bits - log2)
+
+
 def _round_up(x: Fraction, bits: int) -> Fraction:
     """x itself if its numerator and denominator are small, else the next multiple of
     2^-k above it, with k chosen so that the result has about ``bits`` significant bits."""
     if _small(x, bits):
         return x
-    k = max(0, bits - math.floor(x).bit_length())
+    k = _grid_exponent(x, bits)
     return Fraction(math.ceil(x * (1 << k)), 1 << k)
 
 
@@ -97,7 +103,9 @@ def gaussian_sigma_for_zcdp(rho: float, sensitivity: int = 1) -> Fraction:
         root = _exact_sqrt(Fraction(sensitivity * sensitivity) / (2 * dec))
         if root is not None and root * root >= exact_sq and _small(root, _SIGMA_BITS):
             return root
-    k = max(0, _SIGMA_BITS - _ceil_sqrt(exact_sq).bit_length())
+    k = max(
+        0, _SIGMA_BITS - (exact_sq.numerator.bit_length() - exact_sq.denominator.bit_length()) // 2
+    )
     return Fraction(_ceil_sqrt(exact_sq * (1 << (2 * k))), 1 << k)
 
 
@@ -114,7 +122,7 @@ def gaussian_sigma_for_gdp(mu: float, sensitivity: int = 1) -> Fraction:
         return sensitivity * effective_gdp_mu(n / (1 << k)) <= mu
 
     base = Fraction(sensitivity) / Fraction(mu)
-    k = max(0, _SIGMA_BITS - math.floor(base).bit_length())
+    k = _grid_exponent(base, _SIGMA_BITS)
     lo = math.floor(base * (1 << k))  # sigma = lo / 2^k <= base: never enough (or exactly 1/sigma)
     lo = max(lo, 1)
     step = max(1, lo // 64)

@@ -247,8 +247,8 @@ def _discrete_laplace_core(rng: RandomSource, T: int, S: int, size: int) -> np.n
         z = np.where(neg, -y, y)[keep][:need]
         parts.append(z)
         got += z.size
-    if len(parts) == 1:
-        return parts[0]
+    if len(parts) <= 1:
+        return parts[0] if parts else np.zeros(0, dtype=np.int64)
     if any(p.dtype == object for p in parts):
         return np.concatenate([p.astype(object) for p in parts])
     return np.concatenate(parts)
@@ -320,8 +320,8 @@ def _discrete_gaussian_core(rng: RandomSource, sigma2: Fraction, size: int) -> n
         accept = max(0.05, min(1.0, ok.sum() / m))
         parts.append(z)
         got += z.size
-    if len(parts) == 1:
-        return parts[0]
+    if len(parts) <= 1:
+        return parts[0] if parts else np.zeros(0, dtype=np.int64)
     if any(p.dtype == object for p in parts):
         return np.concatenate([p.astype(object) for p in parts])
     return np.concatenate(parts)
