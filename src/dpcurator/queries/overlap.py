@@ -350,6 +350,7 @@ class _Component:
         self.pair_a = np.asarray(pair_a)
         self._attrs: list[_Attr] | None = None
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
+        self.memo: dict[tuple[bytes, tuple[int, ...]], tuple[float, dict[int, int]]] = {}
 
     # -- lazily built structures
     @property
@@ -422,6 +423,16 @@ class _Component:
         return total, assign
 
     def solve_connected(self, alive: np.ndarray, attrs: list[int]) -> tuple[float, dict[int, int]]:
+        # Memoised: after branching, sub-components that the branch did not touch come
+        # back with the same survivors for every sibling (this is what keeps tree-like
+        # workloads polynomial).
+        key = (np.packbits(alive).tobytes(), tuple(attrs))
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self._solve_connected(alive, attrs)
+        return hit
+
+    def _solve_connected(self, alive: np.ndarray, attrs: list[int]) -> tuple[float, dict[int, int]]:
         if len(attrs) == 1:
             at = self.attrs[attrs[0]]
             scores = at.cover.astype(np.float64) @ np.where(alive[at.qidx], self.w[at.qidx], 0.0)
@@ -435,14 +446,21 @@ class _Component:
         # branch on the attribute carrying the most alive weight
         und = np.zeros(len(self.attr_ids), bool)
         und[attrs] = True
-        loads = [float(self.w[self.cons[ai]][alive[self.cons[ai]]].sum()) for ai in attrs]
-        ai = attrs[int(np.argmax(loads))]
+        live = alive[self.pair_q]
+        loads = np.bincount(
+            self.pair_a[live], weights=self.w[self.pair_q[live]], minlength=len(und)
+        )
+        ai = attrs[int(np.argmax(loads[attrs]))]
         at = self.attrs[ai]
         kids = np.repeat(alive[None, :], len(at.cover), axis=0)
         kids[:, at.qidx] &= at.cover
         # children with equal survivors are equivalent; one whose survivors are a subset
         # of another's is dominated (node-level dominance)
-        kids, atom_of = np.unique(kids, axis=0, return_index=True)
+        packed = np.packbits(kids, axis=1)
+        _, atom_of = np.unique(
+            packed.view(np.dtype((np.void, packed.shape[1]))).ravel(), return_index=True
+        )
+        kids = kids[atom_of]
         if 1 < len(kids) <= 64:
             c = kids.astype(np.float32)
             sub = (c @ c.T) >= c.sum(axis=1)[:, None] - 0.5
