@@ -343,7 +343,7 @@ class _Component:
                 pair_q.append(k)
                 pair_a.append(ai)
                 single = single and len(p.coverage) == 1
-        self.single = single
+        self._single = single
         self.cons = [np.asarray(c, dtype=np.int64) for c in cons]
         self.covs = covs
         self.pair_q = np.asarray(pair_q)
@@ -351,6 +351,11 @@ class _Component:
         self._attrs: list[_Attr] | None = None
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
         self.memo: dict[tuple[bytes, tuple[int, ...]], tuple[float, dict[int, int]]] = {}
+
+    @property
+    def single(self) -> bool:
+        """Every predicate is one interval of positions (boxes: Helly applies)."""
+        return self._single
 
     # -- lazily built structures
     @property

@@ -252,10 +252,13 @@ def parse_query(text: str, schema: Schema, *, line: int | None = None, _offset: 
     Grammar: comparisons ``= != <> < <= > >=``, ``[NOT] BETWEEN a AND b``,
     ``[NOT] IN (...)``, ``AND``, ``OR`` within one attribute, parentheses,
     single-quoted strings (``''`` escapes a quote), integers; keywords are
-    case-insensitive. Constraints on one attribute intersect.
+    case-insensitive. Constraints on one attribute intersect. ``total`` alone is the
+    query with no predicate (it covers the whole domain).
     """
     if not isinstance(text, str):
         raise QueryError("a query must be a string")
+    if text.strip().lower() == "total":  # the query with no predicate: all rows
+        return Query(schema, (), "total", line)
     conj = _Parser(text, schema, _offset).parse()
     return Query.from_coverages(schema, conj, text=text.strip(), line=line)
 
