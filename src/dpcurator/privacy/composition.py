@@ -151,7 +151,9 @@ def _all(events: tuple[Event, ...], view: Callable[[Event], object]) -> list | N
 # --- accountants ---------------------------------------------------------------------
 
 
-def _accountants(events: tuple[Event, ...]) -> list[Accountant]:
+def _accountants(
+    events: tuple[Event, ...], wanted: frozenset[str] = frozenset(METHODS)
+) -> list[Accountant]:
     out: list[Accountant] = []
     native = _all(events, _native)
     if native is not None:
@@ -199,7 +201,7 @@ def _accountants(events: tuple[Event, ...]) -> list[Accountant]:
                     lambda e: min(1.0, optimal.optimal_delta(eps0, d0, s.n, e)),
                 )
             )
-    pld_acc = _pld_accountant(events)
+    pld_acc = _pld_accountant(events) if "pld" in wanted else None
     if pld_acc is not None:
         out.append(pld_acc)
     rhos = _all(events, _rho)
@@ -209,7 +211,7 @@ def _accountants(events: tuple[Event, ...]) -> list[Accountant]:
             Accountant(
                 "zcdp",
                 True,
-                f"zCDP: rho = sum rho_i = {rho:.6g} (Bun & Steinke 2016, Lemma 2.3), converted by "
+                f"zCDP: rho = sum rho_i = {rho:.6g} (Bun & Steinke 2016, Lemma 1.7), converted by "
                 "the tighter of Bun & Steinke Prop. 1.3 and Canonne, Kamath & Steinke 2020, Cor. 13",
                 lambda d: zcdp_epsilon(rho, d),
                 lambda e: zcdp_delta(rho, e),
@@ -259,18 +261,22 @@ def _pld_accountant(events: tuple[Event, ...]) -> Accountant | None:
     if composed is None:
         return None
     interval = pld.discretisation(list(events))
+    slack = pld.numerical_slack(list(events))
 
     def epsilon(d: float) -> float | None:
-        eps = float(composed.get_epsilon_for_delta(d))
+        if d <= 2 * slack:
+            return None
+        eps = float(composed.get_epsilon_for_delta(d - slack))
         return eps if math.isfinite(eps) else None
 
     return Accountant(
         "pld",
         True,
-        f"numerical privacy-loss distribution, pessimistic discretisation {interval:g} "
-        "(dp-accounting; Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022)",
+        f"numerical privacy-loss distribution, pessimistic discretisation {interval:g}, "
+        f"plus {slack:.0e} in delta for FFT truncation (dp-accounting; Doroshenko, Ghazi, "
+        "Kamath, Kumar & Manurangsi 2022)",
         epsilon,
-        lambda e: min(1.0, float(composed.get_delta_for_epsilon(e))),
+        lambda e: min(1.0, float(composed.get_delta_for_epsilon(e)) + slack),
     )
 
 
@@ -322,7 +328,7 @@ def compose(
         raise InvalidParameter(f"unknown method(s) {sorted(unknown)}; known: {', '.join(METHODS)}")
     events = as_events(items)
     results: dict[str, MethodResult] = {}
-    for acc in _accountants(events):
+    for acc in _accountants(events, frozenset(wanted)):
         if acc.method not in wanted:
             continue
         if delta is not None:

@@ -4,13 +4,14 @@ A filter answers a request only if the running total, in an *additive currency*,
 within the budget; otherwise it refuses, and the refusal depends only on the costs,
 never on the data (Dwork & Roth 2014, Lemma 2.6). Valid currencies (DESIGN.md §5):
 
-- pure DP, sum eps_i <= B: Rogers, Roth, Ullman & Vadhan, *Privacy Odometers and
-  Filters* (NeurIPS 2016), Thm 3.6 with delta = 0 (and Dwork & Roth Lemma 2.6);
+- pure DP, sum eps_i <= B: Dwork & Roth 2014, Lemma 2.6 (seed 003), the delta = 0 case
+  of the filters of Rogers, Roth, Ullman & Vadhan, *Privacy Odometers and Filters:
+  Pay-as-you-Go Composition* (NeurIPS 2016);
 - zCDP, sum rho_i <= B: Feldman & Zrnic, *Individual Privacy Accounting via a Rényi
-  Filter* (NeurIPS 2021), Thm 3.1, applied at every Rényi order alpha (rho-zCDP is
-  alpha rho-RDP for all alpha);
+  Filter* (NeurIPS 2021), their Rényi filter applied at every order alpha (rho-zCDP is
+  (alpha, alpha rho)-RDP for all alpha > 1);
 - Gaussian DP, sum mu_i^2 <= B^2: Smith & Thakurta, *Fully Adaptive Composition for
-  Gaussian Differential Privacy* (2022), Thm 1.
+  Gaussian Differential Privacy* (2022), their main theorem.
 
 Advanced composition, KOV, optimal composition and PLD are *not* valid filters with
 adaptively chosen parameters (Rogers et al. 2016; Whitehouse, Ramdas, Rogers & Wu 2023).
@@ -44,13 +45,18 @@ class AdditiveFilter:
     currency: str  # "epsilon", "rho" or "mu^2"
     budget: Fraction
     spent: Fraction = field(default=Fraction(0))
+    #: Costs are given as mu and charged as mu^2 (squared exactly, so 0.6 and 0.8 fill 1.0).
+    squared: bool = False
 
     def _cost(self, cost: float | Fraction) -> Fraction:
+        unit = "mu" if self.squared else self.currency
         if isinstance(cost, Fraction):
             if cost < 0:
-                raise InvalidParameter(f"cost in {self.currency} must be >= 0, got {cost}")
-            return cost
-        return exact(_validate.nonnegative(f"cost in {self.currency}", cost))
+                raise InvalidParameter(f"cost in {unit} must be >= 0, got {cost}")
+            c = cost
+        else:
+            c = exact(_validate.nonnegative(f"cost in {unit}", cost))
+        return c * c if self.squared else c
 
     @property
     def remaining(self) -> Fraction:
@@ -73,21 +79,21 @@ class AdditiveFilter:
 
 
 def pure_filter(budget: PureDP | float) -> AdditiveFilter:
-    """Sum of eps_i <= B (Rogers et al. 2016, Thm 3.6; Dwork & Roth 2014, Lemma 2.6)."""
+    """Sum of eps_i <= B (Dwork & Roth 2014, Lemma 2.6; Rogers et al. 2016)."""
     eps = budget.epsilon if isinstance(budget, PureDP) else budget
     return AdditiveFilter("epsilon", exact(_validate.nonnegative("budget epsilon", eps)))
 
 
 def zcdp_filter(budget: ZCDP | float) -> AdditiveFilter:
-    """Sum of rho_i <= B (Feldman & Zrnic 2021, Thm 3.1, order by order)."""
+    """Sum of rho_i <= B (Feldman & Zrnic 2021, Rényi filter, order by order)."""
     rho = budget.rho if isinstance(budget, ZCDP) else budget
     return AdditiveFilter("rho", exact(_validate.nonnegative("budget rho", rho)))
 
 
 def gdp_filter(budget: GDP | float) -> AdditiveFilter:
-    """Sum of mu_i^2 <= B^2 (Smith & Thakurta 2022, Thm 1). Costs are given as mu_i^2."""
+    """Sum of mu_i^2 <= B^2 (Smith & Thakurta 2022). Costs are given as mu_i."""
     mu = budget.mu if isinstance(budget, GDP) else budget
-    return AdditiveFilter("mu^2", exact(_validate.nonnegative("budget mu", mu)) ** 2)
+    return AdditiveFilter("mu^2", exact(_validate.nonnegative("budget mu", mu)) ** 2, squared=True)
 
 
 def filter_for(budget: Guarantee) -> AdditiveFilter:

@@ -57,6 +57,19 @@ def discretisation(events: list[Event]) -> float:
     return interval
 
 
+def numerical_slack(events: list[Event]) -> float:
+    """An additive allowance in delta for dp-accounting's numerical error.
+
+    Pessimistic discretisation bounds the privacy loss, but the FFT and its tail
+    truncation still lose probability mass: against an exact 50-digit evaluation of
+    Kairouz, Oh & Viswanath's optimal composition, dp-accounting's epsilon for 150 runs of
+    (1.36, 0)-DP at delta = 1e-9 certified only delta = 1.000004e-9 (4e-15 too little), and
+    10^5 runs of (0.01, 0)-DP at 1e-5 lacked 6.4e-12. That is at most ~1e-16 per run; we
+    add 1e-14 per run (and per distinct mechanism), a hundredfold margin.
+    """
+    return 1e-14 * (sum(e.count for e in events) + len(events))
+
+
 def _pure_epsilon(e: Event) -> float | None:
     match e:
         case Laplace(scale=b) | DiscreteLaplace(scale=b):

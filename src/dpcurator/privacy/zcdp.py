@@ -21,10 +21,11 @@ from scipy.optimize import brentq, minimize_scalar
 from dpcurator.privacy.gaussian import nudge_up
 
 
-def _log_delta_cks(rho: float, epsilon: float, alpha: float) -> float:
-    return (
-        (alpha - 1) * (alpha * rho - epsilon) - math.log(alpha - 1) + alpha * math.log1p(-1 / alpha)
-    )
+def _log_delta_cks(rho: float, epsilon: float, t: float) -> float:
+    """log delta of CKS Cor. 13 at alpha = 1 + e^t (t parametrises alpha > 1 stably)."""
+    alpha = 1 + math.exp(t)
+    # log(1 - 1/alpha) = log(alpha - 1) - log(alpha) = t - log1p(e^t)
+    return (alpha - 1) * (alpha * rho - epsilon) - t + alpha * (t - math.log1p(math.exp(t)))
 
 
 def zcdp_delta_bun_steinke(rho: float, epsilon: float) -> float:
@@ -44,7 +45,7 @@ def zcdp_delta_cks(rho: float, epsilon: float) -> float:
     # search log(alpha - 1) on a window around it.
     centre = math.log(max((epsilon + rho) / (2 * rho) - 1, 1e-6))
     res = minimize_scalar(
-        lambda t: _log_delta_cks(rho, epsilon, 1 + math.exp(t)),
+        lambda t: _log_delta_cks(rho, epsilon, t),
         bounds=(min(centre, 0.0) - 30, max(centre, 0.0) + 10),
         method="bounded",
         options={"xatol": 1e-10},
