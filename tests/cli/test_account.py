@@ -1,0 +1,111 @@
+"""`dpcurator account` end to end, as a user runs it (a real subprocess)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpcurator.cli import main
+
+METHOD_KEYS = {"basic", "advanced", "kov", "optimal", "pld", "zcdp", "gdp", "clt"}
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "dpcurator.cli", "account", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_json_contract():
+    p = run("--delta", "1e-5", "--json", "pure:0.1x100")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) == {"delta", "mechanisms", "methods", "best"}
+    assert out["delta"] == 1e-05
+    assert out["mechanisms"] == [{"spec": "pure:0.1", "count": 100}]
+    assert set(out["methods"]) == METHOD_KEYS
+    for r in out["methods"].values():
+        assert set(r) == {"epsilon", "delta", "rigorous", "theorem"}
+    assert out["methods"]["basic"]["epsilon"] == pytest.approx(10.0)
+    assert out["methods"]["clt"]["rigorous"] is False
+    assert out["best"]["method"] == "optimal"
+    assert round(out["best"]["epsilon"], 4) == 4.3068
+
+
+def test_json_epsilon_target_names_smallest_rigorous_delta():
+    p = run("--epsilon", "3", "--json", "pure:0.1x100", "laplace:10x5")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["epsilon"] == 3.0 and "delta" not in out
+    rigorous = {k: v["delta"] for k, v in out["methods"].items() if v["rigorous"]}
+    assert out["best"]["delta"] == min(rigorous.values())
+    assert out["methods"][out["best"]["method"]]["delta"] == out["best"]["delta"]
+    # laplace:10 is 0.1-DP like pure:0.1, so the optimal theorem applies to the mix, and
+    # the PLD, which knows the Laplace mechanism exactly, beats it.
+    assert out["methods"]["pld"]["delta"] < out["methods"]["optimal"]["delta"]
+
+
+def test_gaussian_mixture_leaves_out_methods_that_do_not_apply():
+    p = run("--json", "--delta", "1e-5", "pure:0.1x100", "gaussian:20x10")
+    out = json.loads(p.stdout)
+    assert set(out["methods"]) == {"pld", "zcdp", "gdp", "clt"}
+    assert out["mechanisms"][1] == {"spec": "gaussian:20", "count": 10}
+
+
+def test_table_marks_best_row(capsys):
+    assert main(["account", "--delta", "1e-5", "pure:0.1x100"]) == 0
+    out = capsys.readouterr().out
+    best = [line for line in out.splitlines() if line.startswith("*  ")]
+    assert len(best) == 1 and "optimal" in best[0]
+    assert "best rigorous: optimal" in out
+    assert "no (approx.)" in out  # the clt row
+
+
+def test_plot_writes_png(tmp_path):
+    path = tmp_path / "curves.png"
+    assert main(["account", "--plot", str(path), "pure:0.5x10", "dgaussian:3x4"]) == 0
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["foo:1"],
+        ["pure:-1"],
+        ["pure:0"],
+        ["pure:nan"],
+        ["gaussian:inf"],
+        ["pure:1x0"],
+        ["pure:1x2.5"],
+        ["pure"],
+        ["approx:1"],
+        ["approx:1,1"],
+        ["--delta", "0", "pure:1"],
+        ["--delta", "1.5", "pure:1"],
+        ["--delta", "nan", "pure:1"],
+        ["--epsilon", "-1", "pure:1"],
+        ["--delta", "1e-5", "--epsilon", "1", "pure:1"],
+        [],
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        raise SystemExit(main(["account", *args]))
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 or lines[0].startswith("usage:"), captured.err
+    assert "error" in lines[-1]
+    assert captured.out == ""
+
+
+def test_bad_spec_in_a_real_process_has_no_traceback():
+    p = run("--json", "pure:1", "gaussian:-3")
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert "gaussian:-3" in p.stderr and p.stdout == ""
