@@ -52,8 +52,8 @@ _DENSE_CELLS = 1 << 15
 #: Blocks per axis when the box solver splits a region.
 _SPLIT = 32
 #: Share of the time limit (and cap, in seconds) that branch and bound gets before
-#: a component falls back to the 0/1 program.
-_BNB_SHARE, _BNB_CAP = 0.25, 2.0
+#: a component falls back to the 0/1 program (the cap applies without a limit).
+_BNB_SHARE, _BNB_CAP = 0.25, 15.0
 
 
 @dataclass(frozen=True)
@@ -660,7 +660,7 @@ def max_overlap(
             if len(comp.attr_ids) > 3 or not comp.single:
                 # branch and bound gets a slice of the time, then the 0/1 program
                 remaining = (deadline - time.monotonic()) if time_limit is not None else math.inf
-                slice_ = min(_BNB_CAP, _BNB_SHARE * remaining) if time_limit else _BNB_CAP
+                slice_ = _BNB_SHARE * remaining if time_limit else _BNB_CAP
                 comp.deadline = min(deadline, time.monotonic() + slice_)
             val, assign = comp.solve(alive, und)
             methods.add("components" if len(comp_q) > 1 else "branch-and-bound")
