@@ -665,7 +665,7 @@ def max_overlap(
             val, assign = comp.solve(alive, und)
             methods.add("components" if len(comp_q) > 1 else "branch-and-bound")
             up = val
-        except _Timeout:
+        except (_Timeout, RecursionError):  # too deep or too slow: the 0/1 program takes over
             comp.deadline = deadline
             hard.append(comp)
             continue
