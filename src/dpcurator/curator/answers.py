@@ -1,0 +1,67 @@
+"""What the curator releases: immutable answers with their noise and error bars."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One noisy statistic.
+
+    ``value`` is the true statistic plus exact integer noise; ``interval`` is the 95%
+    interval ``value ± half_width`` computed from the exact noise distribution;
+    ``remaining`` is the budget left on the points the request covered, after it.
+    """
+
+    query: str
+    value: int
+    noise: str  # "discrete_laplace" or "discrete_gaussian"
+    noise_parameter: float  # scale or sigma
+    cost: float
+    currency: str
+    half_width: int
+    remaining: float
+    charge_id: int
+
+    @property
+    def interval(self) -> tuple[int, int]:
+        return (self.value - self.half_width, self.value + self.half_width)
+
+
+@dataclass(frozen=True)
+class TableAnswer:
+    """A histogram or marginal: disjoint cells released together, charged once."""
+
+    request: str
+    cells: tuple[Answer, ...]
+    cost: float
+    currency: str
+    remaining: float
+    charge_id: int
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def __getitem__(self, i: int) -> Answer:
+        return self.cells[i]
+
+    def values(self) -> list[int]:
+        return [c.value for c in self.cells]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One charge in the ledger, with what was released for it (None if the curator
+    stopped between the charge and the release)."""
+
+    charge_id: int
+    created: float
+    analyst: str | None
+    table: str
+    kind: str
+    request: str
+    cost: float
+    currency: str
+    noise: str
+    answer: object | None

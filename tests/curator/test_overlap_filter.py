@@ -1,0 +1,95 @@
+"""The overlap-aware filter against brute force over every point of a small domain."""
+
+import itertools
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpcurator.curator.overlap_filter import Charge, OverlapFilter, max_loss
+from dpcurator.queries import Query, Schema
+
+SCHEMA = Schema.from_dict(
+    {
+        "attributes": [
+            {"name": "a", "type": "categorical", "values": ["x", "y", "z"]},
+            {"name": "b", "type": "integer", "min": 0, "max": 3},
+            {"name": "c", "type": "categorical", "values": ["p", "q"]},
+        ]
+    }
+)
+POINTS = list(itertools.product(range(3), range(4), range(2)))
+
+
+def covers(q: Query, point) -> bool:
+    return all(
+        any(s <= v < e for s, e in q.coverage(name)) for name, v in zip(("a", "b", "c"), point, strict=True)
+    )
+
+
+subsets = {
+    "a": st.sets(st.integers(0, 2), max_size=3),
+    "b": st.tuples(st.integers(0, 3), st.integers(0, 3)).map(lambda t: (min(t), max(t) + 1)),
+    "c": st.sets(st.integers(0, 1), max_size=2),
+}
+
+
+@st.composite
+def queries(draw):
+    covs = {}
+    if draw(st.booleans()):
+        covs["a"] = tuple((v, v + 1) for v in sorted(draw(subsets["a"])))
+    if draw(st.booleans()):
+        covs["b"] = (draw(subsets["b"]),)
+    if draw(st.booleans()):
+        covs["c"] = tuple((v, v + 1) for v in sorted(draw(subsets["c"])))
+    return Query.from_coverages(SCHEMA, covs)
+
+
+costs = st.sampled_from([Fraction(1, 10), Fraction(1, 4), Fraction(3, 10), Fraction(2, 5), Fraction(1, 2)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(queries(), costs), min_size=1, max_size=25))
+def test_adaptive_adversary_never_pushes_a_point_past_the_budget(requests):
+    budget = Fraction(1)
+    f = OverlapFilter(budget, "epsilon")
+    loss = dict.fromkeys(POINTS, Fraction(0))  # brute force: L(x) at every point
+    for i, (q, c) in enumerate(requests):
+        covered = [x for x in POINTS if covers(q, x)]
+        brute_ok = max((loss[x] for x in covered), default=Fraction(0)) + c <= budget
+        ok = f.spent_on("t", q) + c <= budget
+        # Refused exactly when some covered point would pass the budget.
+        assert ok == brute_ok
+        if ok:
+            f.add(Charge(i, "t", None, q, c))
+            for x in covered:
+                loss[x] += c
+        assert max(loss.values()) <= budget
+        assert f.spent_anywhere() == max(loss.values())
+
+
+def test_histogram_costs_once_and_second_attribute_costs_again():
+    f = OverlapFilter(Fraction(1), "epsilon")
+    everything = Query.from_coverages(SCHEMA, {})
+    f.add(Charge(1, "t", None, everything, Fraction(1, 2)))  # histogram over a: one charge
+    assert f.spent_anywhere() == Fraction(1, 2)
+    f.add(Charge(2, "t", None, everything, Fraction(1, 2)))  # histogram over b: again
+    assert f.spent_anywhere() == 1
+
+
+def test_other_tables_count_at_their_worst_point():
+    f = OverlapFilter(Fraction(1), "epsilon")
+    q1 = Query.from_coverages(SCHEMA, {"a": ((0, 1),)})
+    q2 = Query.from_coverages(SCHEMA, {"a": ((1, 2),)})
+    f.add(Charge(1, "hospital1", None, q1, Fraction(3, 10)))
+    # A person may be in both tables: on hospital2, even a disjoint query sees 0.3.
+    assert f.spent_on("hospital2", q2) == Fraction(3, 10)
+    assert f.spent_on("hospital1", q2) == 0
+
+
+def test_max_loss_merges_identical_coverages_and_is_exact():
+    q = Query.from_coverages(SCHEMA, {"b": ((0, 2),)})
+    charges = [Charge(i, "t", None, q, Fraction(1, 10)) for i in range(10)]
+    res = max_loss(charges)
+    assert res.value == 1 and res.exact
