@@ -1,0 +1,825 @@
+"""The embedded default backend: DuckDB, with the table stored as integer codes.
+
+Loading validates every row against the public schema and stores one integer *code*
+column per attribute (the value's position in its domain). Counting pushes predicates
+down to SQL with ``?`` parameters; a batch of queries is answered from one scan that
+builds dense contingency arrays with ``GROUP BY GROUPING SETS``, contracted with the
+queries in numpy (see :mod:`dpcurator.backends._contract`). Queries on attribute sets
+too large for a dense array fall back to batched ``count(*) FILTER (WHERE ...)``.
+
+The backend never adds noise, never sees a budget and never returns rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from dpcurator.backends._contract import contract
+from dpcurator.backends._sql import coverage_sql, ident
+from dpcurator.errors import DataError, InvalidParameter, SchemaError
+from dpcurator.queries.predicates import IntervalSet, Query
+from dpcurator.queries.schema import Attribute, Schema
+
+#: Largest attribute set (product of domain sizes) counted through a dense array.
+DENSE_LIMIT = 2_000_000
+#: Most result rows fetched by one ``GROUPING SETS`` statement.
+_RESULT_ROWS = 30_000_000
+#: Most grouping sets in one statement.
+_MAX_SETS = 64
+#: Queries per ``count(*) FILTER`` statement on the fallback path.
+FILTER_CHUNK = 256
+
+_WHITESPACE = " \t\r\n\f\v"
+_INT_PATTERN = "[+-]?[0-9]{1,18}"
+_INT_TYPES = {
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+}
+_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What happened on load (for the data custodian only: it depends on the data)."""
+
+    rows_read: int
+    rows: int
+    dropped_invalid: int = 0
+    dropped_privacy_unit: int = 0
+    replaced: Mapping[str, int] = field(default_factory=dict)
+
+
+def _code_type(size: int) -> str:
+    if size <= 1 << 8:
+        return "UTINYINT"
+    if size <= 1 << 16:
+        return "USMALLINT"
+    if size <= 1 << 32:
+        return "UINTEGER"
+    return "UBIGINT"
+
+
+def _first_line(message: str) -> str:
+    return next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "error")
+
+
+def _as_schema(schema: Schema | str | Path | Mapping[str, Any]) -> Schema:
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, str | Path):
+        return Schema.load(schema)
+    if isinstance(schema, Mapping):
+        return Schema.from_dict(schema)
+    raise SchemaError("schema must be a Schema, a path to a JSON schema or a dictionary")
+
+
+def _domain_text(attr: Attribute) -> str:
+    if attr.type == "integer":
+        return f"[{attr.min}, {attr.max}]"
+    return f"of {attr.size} declared values"
+
+
+def _show(value: object) -> str:
+    text = str(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return repr(text)
+
+
+def _replacement_position(attr: Attribute, value: object) -> int:
+    """Position of a declared replacement value (checked to be in the domain)."""
+    if attr.type == "integer" and isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value.strip())
+    try:
+        return attr.position(value)  # type: ignore[arg-type]
+    except KeyError:
+        raise InvalidParameter(
+            f"replace: {value!r} is not in the domain of {attr.name!r} {_domain_text(attr)}"
+        ) from None
+
+
+def _read_header(path: Path, separator: str, skip: int) -> list[str] | None:
+    """Fields of the first row of a text file (after ``skip`` lines), or None."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace", newline="") as fh:
+            line = ""
+            for _ in range(skip + 1):
+                line = fh.readline()
+    except OSError as err:
+        raise DataError(f"{path}: cannot read data: {err.strerror or err}") from None
+    if not line:
+        return None
+    return [f.strip().strip('"').strip() for f in line.rstrip("\r\n").split(separator)]
+
+
+class DuckDBBackend:
+    """Exact counts over a validated, integer-coded table held by DuckDB."""
+
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        schema: Schema,
+        table: str,
+        *,
+        owns_connection: bool,
+        report: LoadReport,
+    ) -> None:
+        self.schema = schema
+        self.table = table
+        self.report = report
+        self._con: duckdb.DuckDBPyConnection | None = connection
+        self._owns = owns_connection
+        self._rows = report.rows
+        self._index = {a.name: i for i, a in enumerate(schema.attributes)}
+        self._schemas_ok: set[int] = {id(schema)}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        data: str | Path | Any,
+        schema: Schema | str | Path | Mapping[str, Any],
+        *,
+        separator: str = ",",
+        header: bool | None = None,
+        columns: Sequence[str] | None = None,
+        skip: int = 0,
+        missing: Sequence[str] = ("", "?", "NA"),
+        on_invalid: str = "error",
+        replace: Mapping[str, object] | None = None,
+        privacy_unit: tuple[str, int] | None = None,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        name: str = "data",
+        show_values: bool = True,
+    ) -> DuckDBBackend:
+        """Load, validate and encode a table.
+
+        ``data``: a CSV path (optionally gzip-compressed), a ``.parquet`` path, a pandas
+        DataFrame or a pyarrow Table. CSV options: ``separator`` (may be several
+        characters, e.g. ``", "``), ``header`` (``None`` detects it: the first row is a
+        header iff it contains every schema attribute name), ``columns`` (names of all
+        the file's columns for a headerless file with more columns than the schema, or
+        to rename a header's columns), ``skip`` (lines to skip before the data).
+
+        Validation: a value is valid if, after stripping surrounding whitespace, it is a
+        declared value of a categorical attribute, or an integer in ``[min, max]`` of an
+        integer attribute. Anything else (including the ``missing`` tokens unless they are
+        declared values, and empty/NULL fields) is invalid and raises :class:`DataError`
+        naming the attribute, the number of rows and the first offending row, unless
+        ``replace={attr: declared_value}`` maps that attribute's invalid values to a
+        declared value, or ``on_invalid="drop"`` drops every row still invalid.
+        ``show_values=False`` keeps the raw value out of the message.
+
+        ``privacy_unit=("id_column", k)`` keeps the first ``k`` rows of each id in file
+        order (a rule that looks at no other value), then drops the id column.
+        """
+        schema = _as_schema(schema)
+        if on_invalid not in ("error", "drop"):
+            raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
+        if not isinstance(separator, str) or not separator:
+            raise InvalidParameter("separator must be a non-empty string")
+        if header is not None and not isinstance(header, bool):
+            raise InvalidParameter("header must be True, False or None (detect)")
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise InvalidParameter("skip must be a non-negative integer")
+        if isinstance(missing, str) or not all(isinstance(m, str) for m in missing):
+            raise InvalidParameter("missing must be a list of strings")
+        if not isinstance(name, str) or not name:
+            raise InvalidParameter("name must be a non-empty string")
+        if columns is not None:
+            if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+                raise InvalidParameter("columns must be a list of column names")
+            if len(set(columns)) != len(columns):
+                raise InvalidParameter("columns must be distinct")
+        replace_pos: dict[str, int] = {}
+        for attr_name, value in (replace or {}).items():
+            if attr_name not in schema:
+                raise InvalidParameter(f"replace: unknown attribute {attr_name!r}")
+            replace_pos[attr_name] = _replacement_position(schema.attribute(attr_name), value)
+        unit: tuple[str, int] | None = None
+        if privacy_unit is not None:
+            if (
+                not isinstance(privacy_unit, tuple | list)
+                or len(privacy_unit) != 2
+                or not isinstance(privacy_unit[0], str)
+                or isinstance(privacy_unit[1], bool)
+                or not isinstance(privacy_unit[1], int)
+                or privacy_unit[1] < 1
+            ):
+                raise InvalidParameter(
+                    "privacy_unit must be (id_column, k) with k a positive integer"
+                )
+            unit = (privacy_unit[0], privacy_unit[1])
+        for attr in schema.attributes:
+            if attr.type == "integer" and not (
+                _INT64[0] <= attr.min and attr.max <= _INT64[1] and attr.size <= _INT64[1]
+            ):
+                raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
+
+        own = connection is None
+        con = duckdb.connect() if own else connection
+        assert con is not None
+        loader = _Loader(con, schema, show_values=show_values, missing=tuple(missing))
+        try:
+            loader.ingest(data, separator=separator, header=header, columns=columns, skip=skip)
+            report = loader.encode(
+                name, on_invalid=on_invalid, replace=replace_pos, privacy_unit=unit
+            )
+        except BaseException:
+            loader.cleanup()
+            if own:
+                con.close()
+            raise
+        loader.cleanup()
+        return cls(con, schema, name, owns_connection=own, report=report)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise InvalidParameter("the backend is closed")
+        return self._con
+
+    def _check_query(self, q: object) -> Query:
+        if not isinstance(q, Query):
+            raise InvalidParameter(f"expected a Query, got {type(q).__name__}")
+        sid = id(q.schema)
+        if sid not in self._schemas_ok:
+            if q.schema != self.schema:
+                raise InvalidParameter(f"query {str(q)!r} is over a different schema")
+            self._schemas_ok.add(sid)
+        return q
+
+    def counts(self, queries: Sequence[Query]) -> np.ndarray:
+        """Exact counts (int64), one per query, in order, from as few scans as possible."""
+        con = self.connection
+        n = len(queries)
+        out = np.zeros(n, dtype=np.int64)
+        attrs = self.schema.attributes
+        groups: dict[tuple[int, ...], tuple[list[int], list[tuple[IntervalSet, ...]]]] = {}
+        for i, q in enumerate(queries):
+            self._check_query(q)
+            if q.is_empty:
+                continue
+            if not q.predicates:
+                out[i] = self._rows
+                continue
+            preds = sorted((self._index[p.attribute.name], p.coverage) for p in q.predicates)
+            key = tuple(j for j, _ in preds)
+            members = groups.setdefault(key, ([], []))
+            members[0].append(i)
+            members[1].append(tuple(c for _, c in preds))
+        dense_keys = []
+        sparse_keys = []
+        for key in groups:
+            if math.prod(attrs[j].size for j in key) <= DENSE_LIMIT:
+                dense_keys.append(key)
+            else:
+                sparse_keys.append(key)
+        for batch in self._batches(dense_keys):
+            for key, dense in self._dense_arrays(con, batch):
+                idx, covs = groups[key]
+                out[idx] = contract(dense, covs)
+        for key in sparse_keys:
+            idx, covs = groups[key]
+            out[idx] = self._filter_counts(con, key, covs)
+        return out
+
+    def _batches(self, keys: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+        attrs = self.schema.attributes
+        batches: list[list[tuple[int, ...]]] = []
+        rows = 0
+        for key in keys:
+            size = min(math.prod(attrs[j].size for j in key), max(self._rows, 1))
+            if not batches or len(batches[-1]) >= _MAX_SETS or rows + size > _RESULT_ROWS:
+                batches.append([])
+                rows = 0
+            batches[-1].append(key)
+            rows += size
+        return batches
+
+    def _dense_arrays(
+        self, con: duckdb.DuckDBPyConnection, keys: list[tuple[int, ...]]
+    ) -> list[tuple[tuple[int, ...], np.ndarray]]:
+        """Dense contingency arrays of several attribute sets from ONE scan."""
+        attrs = self.schema.attributes
+        cols = sorted({j for key in keys for j in key})
+        pos = {j: p for p, j in enumerate(cols)}
+        names = [ident(attrs[j].name) for j in cols]
+        sets = ", ".join("(" + ", ".join(ident(attrs[j].name) for j in key) + ")" for key in keys)
+        select = ", ".join(f"coalesce({c}, 0) AS c{p}" for p, c in enumerate(names))
+        sql = (
+            f"SELECT GROUPING({', '.join(names)}) AS g, {select}, count(*) AS n "
+            f"FROM {ident(self.table)} GROUP BY GROUPING SETS ({sets})"
+        )
+        res = con.execute(sql).fetchnumpy()
+        g = np.asarray(res["g"])
+        cnt = np.asarray(res["n"], dtype=np.int64)
+        width = len(cols)
+        out = []
+        for key in keys:
+            gid = sum(1 << (width - 1 - pos[j]) for j in cols if j not in key)
+            mask = g == gid
+            shape = tuple(attrs[j].size for j in key)
+            dense = np.zeros(math.prod(shape), dtype=np.int64)
+            if mask.any():
+                codes = tuple(np.asarray(res[f"c{pos[j]}"])[mask].astype(np.int64) for j in key)
+                dense[np.ravel_multi_index(codes, shape)] = cnt[mask]
+            out.append((key, dense.reshape(shape)))
+        return out
+
+    def _where(self, query: Query) -> tuple[str, list[int]]:
+        parts: list[str] = []
+        params: list[int] = []
+        for p in query.predicates:
+            text, ps = coverage_sql(p.attribute.name, p.coverage, p.attribute.size)
+            parts.append(text)
+            params.extend(ps)
+        return (" AND ".join(parts) if parts else "TRUE"), params
+
+    def _filter_counts(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        key: tuple[int, ...],
+        covs: list[tuple[IntervalSet, ...]],
+    ) -> np.ndarray:
+        """Fallback: batched ``count(*) FILTER (WHERE ...)`` aggregates, one scan per chunk."""
+        attrs = self.schema.attributes
+        out = np.zeros(len(covs), dtype=np.int64)
+        for start in range(0, len(covs), FILTER_CHUNK):
+            chunk = covs[start : start + FILTER_CHUNK]
+            aggs: list[str] = []
+            params: list[int] = []
+            for qcovs in chunk:
+                conds = []
+                for j, cov in zip(key, qcovs, strict=True):
+                    text, ps = coverage_sql(attrs[j].name, cov, attrs[j].size)
+                    conds.append(text)
+                    params.extend(ps)
+                aggs.append(f"count(*) FILTER (WHERE {' AND '.join(conds)})")
+            row = con.execute(f"SELECT {', '.join(aggs)} FROM {ident(self.table)}", params)
+            out[start : start + len(chunk)] = np.asarray(row.fetchall()[0], dtype=np.int64)
+        return out
+
+    def clipped_sum(
+        self,
+        attribute: str,
+        lower: int | float,
+        upper: int | float,
+        where: Query | None = None,
+    ) -> float:
+        """Sum over rows satisfying ``where`` of ``min(max(value, lower), upper)``."""
+        con = self.connection
+        if not isinstance(attribute, str) or attribute not in self.schema:
+            raise InvalidParameter(f"unknown attribute {attribute!r}")
+        attr = self.schema.attribute(attribute)
+        if attr.type != "integer":
+            raise InvalidParameter(f"attribute {attribute!r} is not an integer attribute")
+        for label, b in (("lower", lower), ("upper", upper)):
+            if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
+                raise InvalidParameter(f"{label} clipping bound must be a number, got {b!r}")
+            if not math.isfinite(b):
+                raise InvalidParameter(f"{label} clipping bound must be finite, got {b!r}")
+        if lower > upper:
+            raise InvalidParameter(f"lower bound {lower} is greater than upper bound {upper}")
+        if where is not None:
+            self._check_query(where)
+            if where.is_empty:
+                return 0.0
+            cond, params = self._where(where)
+        else:
+            cond, params = "TRUE", []
+        exact = all(isinstance(b, int | np.integer) for b in (lower, upper)) and all(
+            _INT64[0] <= int(b) <= _INT64[1] for b in (lower, upper)
+        )
+        kind = "BIGINT" if exact else "DOUBLE"
+        bounds: list[int | float] = (
+            [int(lower), int(upper)] if exact else [float(lower), float(upper)]
+        )
+        value = f"(CAST({ident(attribute)} AS {kind}) + CAST(? AS {kind}))"
+        sql = (
+            f"SELECT sum(least(greatest({value}, CAST(? AS {kind})), CAST(? AS {kind}))) "
+            f"FROM {ident(self.table)} WHERE {cond}"
+        )
+        row = con.execute(sql, [attr.min, *bounds, *params]).fetchall()[0]
+        result = row[0] if row else None
+        return 0.0 if result is None else float(result)
+
+    def close(self) -> None:
+        """Close the connection if the backend opened it, else drop its table."""
+        con, self._con = self._con, None
+        if con is None:
+            return
+        if self._owns:
+            con.close()
+        else:
+            con.execute(f"DROP TABLE IF EXISTS {ident(self.table)}")
+
+    def __enter__(self) -> DuckDBBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._con is None else f"table {self.table!r}"
+        return f"DuckDBBackend({len(self.schema)} attributes, {state})"
+
+
+class _Loader:
+    """The load pipeline: raw table -> coded stage -> validation -> final coded table."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        schema: Schema,
+        *,
+        show_values: bool,
+        missing: tuple[str, ...],
+    ) -> None:
+        self.con = con
+        self.schema = schema
+        self.show_values = show_values
+        self.missing = missing
+        tag = uuid.uuid4().hex[:12]
+        self.raw = f"__dpc_raw_{tag}"
+        self.stage = f"__dpc_stage_{tag}"
+        self.tag = tag
+        self.views: list[str] = []
+        self.tables: list[str] = []
+        self.source = "data"
+        self.columns: list[str] = []
+
+    def _sql(self, sql: str, params: Sequence[object] = ()) -> duckdb.DuckDBPyConnection:
+        try:
+            return self.con.execute(sql, list(params))
+        except duckdb.Error as err:
+            raise DataError(f"{self.source}: {_first_line(str(err))}") from None
+
+    def cleanup(self) -> None:
+        for v in self.views:
+            with contextlib.suppress(duckdb.Error):
+                self.con.unregister(v)
+        for t in self.tables:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute(f"DROP TABLE IF EXISTS {ident(t)}")
+        self.views.clear()
+        self.tables.clear()
+
+    # -- step 1: raw rows, in file order (rowid + 1 is the 1-based data row)
+
+    def ingest(
+        self,
+        data: Any,
+        *,
+        separator: str,
+        header: bool | None,
+        columns: Sequence[str] | None,
+        skip: int,
+    ) -> None:
+        con = self.con
+        src = f"__dpc_src_{self.tag}"
+        if isinstance(data, str | Path):
+            path = Path(data)
+            self.source = str(path)
+            if not path.is_file():
+                raise DataError(f"{path}: no such data file")
+            try:
+                if path.suffix.lower() in (".parquet", ".pq"):
+                    rel = con.read_parquet(str(path))
+                    file_cols = list(rel.columns)
+                else:
+                    rel, file_cols = self._read_csv(path, separator, header, columns, skip)
+            except duckdb.Error as err:
+                raise DataError(f"{path}: cannot read data: {_first_line(str(err))}") from None
+        else:
+            rel = self._from_object(data)
+            file_cols = list(rel.columns)
+        if columns is not None and not isinstance(data, str | Path):
+            raise InvalidParameter("columns= applies to CSV files only")
+        names = [str(c).strip() for c in file_cols]
+        if len(set(names)) != len(names):
+            dup = next(c for c in names if names.count(c) > 1)
+            raise DataError(f"{self.source}: duplicate column {dup!r}")
+        self.columns = names
+        try:
+            rel.create_view(src)
+        except duckdb.Error as err:
+            raise DataError(f"{self.source}: cannot read data: {_first_line(str(err))}") from None
+        self.views.append(src)
+        select = ", ".join(
+            f"{ident(str(c))} AS {ident(n)}" for c, n in zip(file_cols, names, strict=True)
+        )
+        self.tables.append(self.raw)
+        self._sql(f"CREATE TEMP TABLE {ident(self.raw)} AS SELECT {select} FROM {ident(src)}")
+
+    def _from_object(self, data: Any) -> duckdb.DuckDBPyRelation:
+        con = self.con
+        if isinstance(data, pa.Table):
+            self.source = "Arrow table"
+            return con.from_arrow(data)
+        try:
+            import pandas as pd
+        except ImportError:  # pragma: no cover - pandas is optional
+            pd = None
+        if pd is not None and isinstance(data, pd.DataFrame):
+            self.source = "DataFrame"
+            frame = data.copy(deep=False)
+            frame.columns = [str(c) for c in frame.columns]
+            return con.from_df(frame)
+        raise InvalidParameter(
+            "data must be a CSV or Parquet path, a pandas DataFrame or a pyarrow Table, "
+            f"got {type(data).__name__}"
+        )
+
+    def _read_csv(
+        self,
+        path: Path,
+        separator: str,
+        header: bool | None,
+        columns: Sequence[str] | None,
+        skip: int,
+    ) -> tuple[duckdb.DuckDBPyRelation, list[str]]:
+        if header is None:
+            first = _read_header(path, separator, skip)
+            if first is None:
+                raise DataError(f"{path}: the file is empty")
+            wanted = set(columns) if columns is not None else set(self.schema.names)
+            header = wanted <= set(first)
+        rel = self.con.read_csv(
+            str(path),
+            delimiter=separator,
+            header=header,
+            all_varchar=True,
+            quotechar='"',
+            escapechar='"',
+            skiprows=skip,
+        )
+        file_cols = list(rel.columns)
+        if header and columns is None:
+            return rel, file_cols
+        names = list(columns) if columns is not None else list(self.schema.names)
+        if len(names) != len(file_cols):
+            hint = (
+                "; pass columns=[...] naming every column of the file"
+                if len(file_cols) > len(names) and columns is None
+                else ""
+            )
+            what = "columns=" if columns is not None else "the schema"
+            raise DataError(
+                f"{path}: the file has {len(file_cols)} columns but {what} names {len(names)}{hint}"
+            )
+        rel = rel.select(
+            ", ".join(f"{ident(c)} AS {ident(n)}" for c, n in zip(file_cols, names, strict=True))
+        )
+        return rel, names
+
+    # -- step 2: codes, validation, privacy unit, final table
+
+    def _column_types(self) -> dict[str, str]:
+        rows = self._sql(f"DESCRIBE {ident(self.raw)}").fetchall()
+        return {r[0]: str(r[1]).upper() for r in rows}
+
+    def encode(
+        self,
+        name: str,
+        *,
+        on_invalid: str,
+        replace: Mapping[str, int],
+        privacy_unit: tuple[str, int] | None,
+    ) -> LoadReport:
+        con = self.con
+        schema = self.schema
+        types = self._column_types()
+        for attr in schema.attributes:
+            if attr.name not in types:
+                raise DataError(
+                    f"{self.source}: no column {attr.name!r} for attribute {attr.name!r}"
+                )
+        if privacy_unit is not None and privacy_unit[0] not in types:
+            raise DataError(
+                f"{self.source}: privacy unit column {privacy_unit[0]!r} is not in the data"
+            )
+        exists = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND NOT temporary", [name]
+        ).fetchall()[0]
+        if exists and exists[0]:
+            raise InvalidParameter(f"table {name!r} already exists in the connection")
+
+        # Inner select: per attribute a parsed value (integers) or a code (categoricals).
+        params: list[object] = []
+        inner: list[str] = ["r.rowid + 1 AS __row"]
+        joins: list[str] = []
+        outer: list[str] = ["__row"]
+        for i, attr in enumerate(schema.attributes):
+            col = f"r.{ident(attr.name)}"
+            ctype = types[attr.name]
+            if attr.type == "categorical":
+                view = f"__dpc_dom{i}_{self.tag}"
+                con.register(
+                    view,
+                    pa.table(
+                        {
+                            "v": pa.array(attr.values, pa.string()),
+                            "p": pa.array(range(attr.size), pa.int64()),
+                        }
+                    ),
+                )
+                self.views.append(view)
+                joins.append(
+                    f"LEFT JOIN {ident(view)} d{i} ON d{i}.v = trim(CAST({col} AS VARCHAR), ?)"
+                )
+                inner.append(f"d{i}.p AS v{i}")
+                outer.append(f"v{i} AS c{i}")
+            else:
+                base = ctype.split("(")[0]
+                if base in _INT_TYPES:
+                    inner.append(
+                        f"CASE WHEN {col} BETWEEN ? AND ? THEN CAST({col} AS BIGINT) END AS v{i}"
+                    )
+                    params.extend((attr.min, attr.max))
+                elif base in _FLOAT_TYPES or base.startswith("DECIMAL"):
+                    d = f"CAST({col} AS DOUBLE)"
+                    inner.append(
+                        f"CASE WHEN isfinite({d}) AND {d} = floor({d}) AND {d} BETWEEN ? AND ? "
+                        f"THEN CAST({d} AS BIGINT) END AS v{i}"
+                    )
+                    params.extend((attr.min, attr.max))
+                else:
+                    s = f"trim(CAST({col} AS VARCHAR), ?)"
+                    inner.append(
+                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS BIGINT) END AS v{i}"
+                    )
+                    params.extend((_WHITESPACE, _INT_PATTERN, _WHITESPACE))
+                outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
+        # Join parameters come after the select-list parameters in SQL text order.
+        join_params = [_WHITESPACE] * sum(1 for a in schema.attributes if a.type == "categorical")
+        outer_params: list[object] = []
+        for attr in schema.attributes:
+            if attr.type == "integer":
+                outer_params.extend((attr.min, attr.max, attr.min))
+        if privacy_unit is not None:
+            id_col = f"r.{ident(privacy_unit[0])}"
+            id_type = types[privacy_unit[0]].split("(")[0]
+            if id_type == "VARCHAR":
+                inner.append(
+                    f"CASE WHEN trim({id_col}, ?) IN (SELECT unnest(?::VARCHAR[])) THEN NULL "
+                    f"ELSE trim({id_col}, ?) END AS __id"
+                )
+                params.extend((_WHITESPACE, list(self.missing), _WHITESPACE))
+            else:
+                inner.append(f"{id_col} AS __id")
+            outer.append("__id")
+        sql = (
+            f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("
+            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins)})"
+        )
+        self.tables.append(self.stage)
+        self._sql(sql, [*outer_params, *params, *join_params])
+
+        # Validation over every row: count and first row of invalid values per attribute.
+        n_attr = len(schema.attributes)
+        aggs = ["count(*)"]
+        for i in range(n_attr):
+            aggs.append(f"count(*) FILTER (WHERE c{i} IS NULL)")
+            aggs.append(f"min(__row) FILTER (WHERE c{i} IS NULL)")
+        if privacy_unit is not None:
+            aggs.append("count(*) FILTER (WHERE __id IS NULL)")
+            aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
+        stats = self._sql(f"SELECT {', '.join(aggs)} FROM {ident(self.stage)}").fetchall()[0]
+        assert stats is not None
+        rows_read = int(stats[0])
+        bad: list[tuple[int, int, int]] = []  # (attribute index, rows, first row)
+        replaced: dict[str, int] = {}
+        for i, attr in enumerate(schema.attributes):
+            n_bad, first = int(stats[1 + 2 * i]), stats[2 + 2 * i]
+            if n_bad == 0:
+                continue
+            if attr.name in replace:
+                replaced[attr.name] = n_bad
+            else:
+                bad.append((i, n_bad, int(first)))
+        id_bad = None
+        if privacy_unit is not None and int(stats[-2]):
+            id_bad = (int(stats[-2]), int(stats[-1]))
+        if on_invalid == "error":
+            if bad:
+                raise DataError(self._invalid_message(bad))
+            if id_bad is not None:
+                raise DataError(
+                    f"{self.source}: privacy unit column {privacy_unit[0]!r}: "  # type: ignore[index]
+                    f"{id_bad[0]} rows have a missing id (first: row {id_bad[1]})"
+                )
+
+        # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
+        sel = []
+        final_params: list[object] = []
+        for i, attr in enumerate(schema.attributes):
+            ctype = _code_type(attr.size)
+            if attr.name in replace:
+                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {ident(attr.name)}")
+                final_params.append(replace[attr.name])
+            else:
+                sel.append(f"CAST(c{i} AS {ctype}) AS {ident(attr.name)}")
+        source = ident(self.stage)
+        conds = []
+        dropped_unit = 0
+        if privacy_unit is not None:
+            source = (
+                f"(SELECT *, row_number() OVER (PARTITION BY __id ORDER BY __row) AS __rank "
+                f"FROM {ident(self.stage)} WHERE __id IS NOT NULL)"
+            )
+            conds.append("__rank <= ?")
+        where_params: list[object] = [privacy_unit[1]] if privacy_unit is not None else []
+        if on_invalid == "drop":
+            conds.extend(
+                f"c{i} IS NOT NULL"
+                for i, attr in enumerate(schema.attributes)
+                if attr.name not in replace
+            )
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        self._sql(
+            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(sel)} FROM {source}{where}",
+            [*final_params, *where_params],
+        )
+        rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
+        n_rows = int(rows[0]) if rows else 0
+        if privacy_unit is not None:
+            capped = self._sql(
+                f"SELECT count(*) FROM (SELECT row_number() OVER (PARTITION BY __id ORDER BY "
+                f"__row) AS __rank FROM {ident(self.stage)} WHERE __id IS NOT NULL) "
+                f"WHERE __rank > ?",
+                [privacy_unit[1]],
+            ).fetchall()[0]
+            dropped_unit = int(capped[0]) if capped else 0
+            dropped_unit += id_bad[0] if id_bad else 0
+        # Under the drop rule, the rest of the shortfall is invalid rows.
+        dropped_invalid = rows_read - dropped_unit - n_rows if on_invalid == "drop" else 0
+        return LoadReport(
+            rows_read=rows_read,
+            rows=n_rows,
+            dropped_invalid=dropped_invalid,
+            dropped_privacy_unit=dropped_unit,
+            replaced=replaced,
+        )
+
+    def _invalid_message(self, bad: list[tuple[int, int, int]]) -> str:
+        i, n_bad, first = bad[0]
+        attr = self.schema.attributes[i]
+        where = f"first: row {first}"
+        if self.show_values:
+            row = self._sql(
+                f"SELECT CAST({ident(attr.name)} AS VARCHAR) FROM {ident(self.raw)} "
+                "WHERE rowid = ?",
+                [first - 1],
+            ).fetchall()[0]
+            raw = row[0] if row else None
+            if raw is None or raw.strip(_WHITESPACE) in self.missing:
+                where += ", missing" if raw is None else f", missing value {_show(raw)}"
+            else:
+                where += f", value {_show(raw)}"
+        rows = "1 row has a value" if n_bad == 1 else f"{n_bad} rows have values"
+        msg = (
+            f"{self.source}: attribute {attr.name!r}: {rows} outside the domain "
+            f"{_domain_text(attr)} or missing ({where})"
+        )
+        if len(bad) > 1:
+            others = ", ".join(
+                f"{self.schema.attributes[j].name!r} ({n} rows)" for j, n, _ in bad[1:4]
+            )
+            more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+            msg += f"; also invalid: {others}{more}"
+        return msg + "; fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+
+
+def load_table(
+    data: str | Path | Any,
+    schema: Schema | str | Path | Mapping[str, Any],
+    **options: Any,
+) -> DuckDBBackend:
+    """Load a table into a new :class:`DuckDBBackend` (see :meth:`DuckDBBackend.load`)."""
+    return DuckDBBackend.load(data, schema, **options)
