@@ -263,7 +263,7 @@ def test_pandas_invalid_float_and_nan():
 
 
 def test_drop_rule(tmp_path):
-    p = write(tmp_path / "d.csv", csv_text(BAD_AGES + [(50, "Q", "red")]))
+    p = write(tmp_path / "d.csv", csv_text([*BAD_AGES, (50, "Q", "red")]))
     with load_table(p, SCHEMA, on_invalid="drop") as b:
         assert counts(b, ["total", "sex = 'F'"]) == [2, 2]
         assert b.report.rows_read == 6
