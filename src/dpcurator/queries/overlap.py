@@ -110,8 +110,19 @@ class _Attr:
     pos: np.ndarray  # a representative value position per atom
 
 
-def _atoms(size: int, covs: Sequence[IntervalSet], qidx: np.ndarray, j: int) -> _Attr:
-    """Cut ``[0, size)`` into atoms by the membership signature of ``covs``."""
+def _atoms(
+    size: int,
+    covs: Sequence[IntervalSet],
+    qidx: np.ndarray,
+    j: int,
+    cid: np.ndarray | None = None,
+) -> _Attr:
+    """Cut ``[0, size)`` into atoms by the membership signature of ``covs``.
+
+    With ``cid``, ``covs`` are the *distinct* coverages and query ``qidx[k]`` has
+    coverage ``covs[cid[k]]``: atoms and dominance are computed on the (few) distinct
+    coverages and expanded to the queries at the end.
+    """
     ends = [size, 0]
     rows, starts, stops = [], [], []
     for r, cov in enumerate(covs):
@@ -137,7 +148,8 @@ def _atoms(size: int, covs: Sequence[IntervalSet], qidx: np.ndarray, j: int) -> 
         _, first = np.unique(keys, return_index=True)
     cover = member[:, first].T.copy()
     _dominance(cover_ref := [cover], first_ref := [first])
-    return _Attr(j, size, qidx, cover_ref[0], breaks[first_ref[0]])
+    cover = cover_ref[0] if cid is None else cover_ref[0][:, cid]
+    return _Attr(j, size, qidx, cover, breaks[first_ref[0]])
 
 
 def _dominance(cover_ref: list[np.ndarray], first_ref: list[np.ndarray]) -> None:
@@ -165,53 +177,66 @@ def _dominance(cover_ref: list[np.ndarray], first_ref: list[np.ndarray]) -> None
 # ---------------------------------------------------------------- disjoint families
 
 
-def _families(queries: Sequence[Query], local: np.ndarray) -> np.ndarray:
+def _families(
+    qkeys: Sequence[tuple[int, ...]],
+    cid_of: Sequence[np.ndarray],
+    covs: Sequence[Sequence[IntervalSet]],
+    lines: Sequence[int | None],
+) -> np.ndarray:
     """Group ids such that the queries of one group are pairwise disjoint.
 
     A group is a set of queries on the same attributes whose coverages on each attribute
     are equal or disjoint (a grid: histogram bins, marginal cells); then two of them
-    overlap iff they are equal. Found by hashing, in near-linear time, without the
-    pairwise graph. Everything else is a group of its own.
-    """
-    gid = np.arange(len(local), dtype=np.int64)
-    buckets: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for k, qi in enumerate(local):
-        buckets[queries[qi].attributes].append(k)
-    next_id = len(local)
+    overlap iff they are equal. Found by hashing coverage ids, in near-linear time,
+    without the pairwise graph. Everything else is a group of its own.
 
-    def try_grid(members: list[int]) -> bool:
+    ``qkeys[k]``: the (component) attributes query k constrains; ``cid_of[ai]``: per
+    query, its coverage id on attribute ``ai`` (-1 if unconstrained); ``covs[ai]``:
+    the distinct coverages.
+    """
+    n = len(qkeys)
+    gid = np.arange(n, dtype=np.int64)
+    buckets: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for k, key in enumerate(qkeys):
+        buckets[key].append(k)
+    next_id = n
+
+    def disjoint_ids(ai: int, ids: np.ndarray) -> bool:
+        flat = sorted(iv for c in ids for iv in covs[ai][int(c)])
+        return not any(b[0] < a[1] for a, b in itertools.pairwise(flat))
+
+    def try_grid(members: np.ndarray, attrs: tuple[int, ...]) -> bool:
         nonlocal next_id
-        attrs = queries[local[members[0]]].attributes
-        ids: list[dict[IntervalSet, int]] = []
-        for name in attrs:
-            distinct: dict[IntervalSet, int] = {}
-            for k in members:
-                distinct.setdefault(queries[local[k]].coverage(name), len(distinct))
-            flat = sorted(iv for cov in distinct for iv in cov)
-            if any(b[0] < a[1] for a, b in itertools.pairwise(flat)):
+        cells = np.empty((len(members), len(attrs)), np.int64)
+        for d, ai in enumerate(attrs):
+            col = cid_of[ai][members]
+            if not disjoint_ids(ai, np.unique(col)):
                 return False
-            ids.append(distinct)
-        seen: dict[tuple[int, ...], int] = defaultdict(int)
-        base = next_id
-        for k in members:
-            q = queries[local[k]]
-            key = tuple(d[q.coverage(n)] for d, n in zip(ids, attrs, strict=True))
-            gid[k] = base + seen[key]
-            seen[key] += 1
-        next_id = base + max(seen.values())
+            cells[:, d] = col
+        _, cell = np.unique(cells, axis=0, return_inverse=True)
+        cell = cell.ravel()
+        order = np.argsort(cell, kind="stable")
+        sc = cell[order]
+        first = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+        rank = np.arange(len(sc)) - np.repeat(first, np.diff(np.r_[first, len(sc)]))
+        gid[members[order]] = next_id + rank
+        next_id += int(rank.max()) + 1
         return True
 
-    for members in buckets.values():
-        if len(members) < 2 or try_grid(members):
+    for key, members_list in buckets.items():
+        if len(members_list) < 2:
+            continue
+        members = np.asarray(members_list, np.int64)
+        if try_grid(members, key):
             continue
         by_line: dict[int | None, list[int]] = defaultdict(list)
-        for k in members:
-            by_line[queries[local[k]].line].append(k)
+        for k in members_list:
+            by_line[lines[k]].append(k)
         for sub in by_line.values():
             if len(sub) >= 2 and len(by_line) > 1:
-                try_grid(sub)
+                try_grid(np.asarray(sub, np.int64), key)
     _, gid = np.unique(gid, return_inverse=True)
-    return gid
+    return gid.ravel()
 
 
 # ------------------------------------------------------------------------ boxes
@@ -309,6 +334,15 @@ def _diff_sum(a: np.ndarray, b: np.ndarray, w: np.ndarray, shape: np.ndarray) ->
 # ------------------------------------------------------------------- components
 
 
+def _keys(pair_q: np.ndarray, pair_a: np.ndarray, n: int) -> list[tuple[int, ...]]:
+    """Per query, the tuple of attribute positions it constrains (pairs are grouped by
+    query, attributes in schema order)."""
+    counts = np.bincount(pair_q, minlength=n)
+    starts = np.r_[0, np.cumsum(counts)]
+    pa = pair_a.tolist()
+    return [tuple(pa[starts[k] : starts[k + 1]]) for k in range(n)]
+
+
 class _Component:
     """Queries linked through shared attributes; solved independently of the others."""
 
@@ -320,6 +354,8 @@ class _Component:
         attr_ids: list[int],
         deadline: float,
         eps: float,
+        preds: tuple[np.ndarray, np.ndarray, np.ndarray],
+        covs: Sequence[Sequence[IntervalSet]],
     ) -> None:
         self.queries = queries
         self.local = local  # global query index per local index
@@ -329,25 +365,30 @@ class _Component:
         self.nodes = 0
         schema = queries[int(local[0])].schema
         self.schema = schema
-        pos_of = {a: i for i, a in enumerate(attr_ids)}
         self.attr_ids = attr_ids
-        cons: list[list[int]] = [[] for _ in attr_ids]
-        covs: list[list[IntervalSet]] = [[] for _ in attr_ids]
-        pair_q, pair_a = [], []
-        single = True
-        for k, qi in enumerate(local):
-            for p in queries[int(qi)].predicates:
-                ai = pos_of[schema.index(p.attribute.name)]
-                cons[ai].append(k)
-                covs[ai].append(p.coverage)
-                pair_q.append(k)
-                pair_a.append(ai)
-                single = single and len(p.coverage) == 1
-        self._single = single
-        self.cons = [np.asarray(c, dtype=np.int64) for c in cons]
-        self.covs = covs
-        self.pair_q = np.asarray(pair_q)
-        self.pair_a = np.asarray(pair_a)
+        na = len(attr_ids)
+        # predicates of the component: (local query, attribute position, coverage id),
+        # grouped by query in query order; coverages are interned per attribute
+        pos_of = np.full(len(schema), -1, np.int64)
+        pos_of[attr_ids] = np.arange(na)
+        pred_q, pred_a, pred_c = preds
+        pair_q = np.searchsorted(local, pred_q)  # local is sorted
+        pair_a = pos_of[pred_a]
+        by_attr = np.argsort(pair_a, kind="stable")
+        cuts = np.searchsorted(pair_a[by_attr], np.arange(na + 1))
+        self.cons = [pair_q[by_attr[cuts[i] : cuts[i + 1]]] for i in range(na)]
+        raw = [pred_c[by_attr[cuts[i] : cuts[i + 1]]] for i in range(na)]
+        #: distinct coverages per attribute, and each constraining query's coverage id
+        self.covs: list[list[IntervalSet]] = []
+        self.cid: list[np.ndarray] = []
+        for ai, j in enumerate(attr_ids):
+            used, inv = np.unique(raw[ai], return_inverse=True)
+            self.covs.append([covs[j][int(c)] for c in used])
+            self.cid.append(inv.ravel().astype(np.int64))
+        self._single = all(len(c) == 1 for cs in self.covs for c in cs)
+        self.qkeys = _keys(pair_q, pair_a, len(local))
+        self.pair_q = pair_q
+        self.pair_a = pair_a
         self._attrs: list[_Attr] | None = None
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
         self.memo: dict[tuple[bytes, tuple[int, ...]], tuple[float, dict[int, int]]] = {}
@@ -362,14 +403,26 @@ class _Component:
     def attrs(self) -> list[_Attr]:
         if self._attrs is None:
             self._attrs = [
-                _atoms(self.schema.attributes[j].size, self.covs[ai], self.cons[ai], j)
+                _atoms(
+                    self.schema.attributes[j].size,
+                    self.covs[ai],
+                    self.cons[ai],
+                    j,
+                    self.cid[ai],
+                )
                 for ai, j in enumerate(self.attr_ids)
             ]
         return self._attrs
 
     def groups(self) -> tuple[np.ndarray, np.ndarray]:
         if self._groups is None:
-            gid = _families(self.queries, self.local)
+            cid_of = []
+            for ai in range(len(self.attr_ids)):
+                col = np.full(len(self.w), -1, np.int64)
+                col[self.cons[ai]] = self.cid[ai]
+                cid_of.append(col)
+            lines = [self.queries[int(qi)].line for qi in self.local]
+            gid = _families(self.qkeys, cid_of, self.covs, lines)
             order = np.argsort(gid, kind="stable")
             starts = np.flatnonzero(np.r_[True, np.diff(gid[order]) != 0])
             self._groups = (order, starts)
@@ -392,7 +445,9 @@ class _Component:
         hi[:] = sizes
         row = {int(q): r for r, q in enumerate(qs)}
         for d, ai in enumerate(attrs):
-            for q, cov in zip(self.cons[ai], self.covs[ai], strict=True):
+            covs = self.covs[ai]
+            for q, c in zip(self.cons[ai], self.cid[ai], strict=True):
+                cov = covs[int(c)]
                 r = row.get(int(q))
                 if r is not None:
                     lo[r, d], hi[r, d] = cov[0]
@@ -549,20 +604,10 @@ class _Component:
         ok = np.ones(len(self.w), bool)
         for ai in range(len(self.attr_ids)):
             p = assign.get(ai, 0)
-            owner, s, e = self._flat(ai)
-            hit = np.zeros(len(self.cons[ai]), bool)
-            hit[owner[(s <= p) & (p < e)]] = True
+            inside = np.array([any(s <= p < e for s, e in cov) for cov in self.covs[ai]])
+            hit = inside[self.cid[ai]] if len(self.cid[ai]) else np.zeros(0, bool)
             ok[self.cons[ai][~hit]] = False
         return ok
-
-    def _flat(self, ai: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        owner, s, e = [], [], []
-        for k, cov in enumerate(self.covs[ai]):
-            for a, b in cov:
-                owner.append(k)
-                s.append(a)
-                e.append(b)
-        return np.asarray(owner, np.int64), np.asarray(s), np.asarray(e)
 
 
 # ------------------------------------------------------------------------ public
@@ -582,7 +627,7 @@ def _prepare(
         raise ValueError("weights must be finite and non-negative")
     if qs:
         schema = qs[0].schema
-        if any(q.schema != schema for q in qs):
+        if any(q.schema is not schema and q.schema != schema for q in qs):
             raise ValueError("all queries must share one schema")
     integral = bool(np.all(w == np.round(w)))
     return qs, w, integral
@@ -606,35 +651,55 @@ def max_overlap(
     if not qs:
         return OverlapResult(0, True, 0, 0, {}, (), "empty")
     schema = qs[0].schema
-    active = np.array([not q.is_empty for q in qs]) & (w > 0)
-    constrained = active & np.array([bool(q.predicates) for q in qs])
+    # one pass over the predicates: emptiness, constrained attributes
+    index = schema._index
+    nonempty = np.ones(len(qs), bool)
+    has_pred = np.zeros(len(qs), bool)
+    pq: list[int] = []
+    pa: list[int] = []
+    pc: list[int] = []
+    interned: list[dict[IntervalSet, int]] = [{} for _ in range(len(schema))]
+    for qi, q in enumerate(qs):
+        preds = q.predicates
+        if not preds:
+            continue
+        has_pred[qi] = True
+        for p in preds:
+            cov = p.coverage
+            if not cov:
+                nonempty[qi] = False
+            j = index[p.attribute.name]
+            table = interned[j]
+            c = table.get(cov)
+            if c is None:
+                c = table[cov] = len(table)
+            pq.append(qi)
+            pa.append(j)
+            pc.append(c)
+    covs = [list(table) for table in interned]
+    active = nonempty & (w > 0)
+    constrained = active & has_pred
     total = float(w[active & ~constrained].sum())
-    # connected components of attributes linked by queries (union-find)
-    parent = list(range(len(schema)))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    # connected components of the bipartite graph queries -- attributes
+    pq_a, pa_a = np.asarray(pq, np.int64), np.asarray(pa, np.int64)
+    keep = constrained[pq_a] if len(pq_a) else np.zeros(0, bool)
+    pq_a, pa_a = pq_a[keep], pa_a[keep]
+    pc_a = np.asarray(pc, np.int64)[keep]
+    nq, na = len(qs), len(schema)
+    graph = sparse.coo_matrix((np.ones(len(pq_a)), (pq_a, nq + pa_a)), shape=(nq + na, nq + na))
+    _, labels = connected_components(graph, directed=False)
     cidx = np.flatnonzero(constrained)
-    first_attr = np.empty(len(qs), np.int64)
-    for qi in cidx:
-        ids = [schema.index(p.attribute.name) for p in qs[qi].predicates]
-        first_attr[qi] = ids[0]
-        root = find(ids[0])
-        for j in ids[1:]:
-            rj = find(j)
-            if rj != root:
-                parent[rj] = root
     comp_q: dict[int, list[int]] = defaultdict(list)
-    for qi in cidx:
-        comp_q[find(int(first_attr[qi]))].append(int(qi))
+    for qi, lab in zip(cidx.tolist(), labels[cidx].tolist(), strict=True):
+        comp_q[lab].append(qi)
     comp_attrs: dict[int, list[int]] = defaultdict(list)
-    for j in range(len(schema)):
-        if find(j) in comp_q:
-            comp_attrs[find(j)].append(j)
+    used = np.zeros(na, bool)
+    used[pa_a] = True
+    for j in np.flatnonzero(used).tolist():
+        comp_attrs[int(labels[nq + j])].append(j)
+    pred_lab = labels[pq_a]
+    pred_order = np.argsort(pred_lab, kind="stable")
+    lab_sorted = pred_lab[pred_order]
 
     point = [0] * len(schema)
     lower = upper = total
@@ -643,7 +708,18 @@ def max_overlap(
     covered = active & ~constrained
     hard: list[_Component] = []
     for root, members in comp_q.items():
-        comp = _Component(qs, w, np.asarray(members), comp_attrs[root], deadline, eps)
+        lo_, hi_ = np.searchsorted(lab_sorted, [root, root + 1])
+        sel = pred_order[lo_:hi_]
+        comp = _Component(
+            qs,
+            w,
+            np.asarray(members),
+            comp_attrs[root],
+            deadline,
+            eps,
+            (pq_a[sel], pa_a[sel], pc_a[sel]),
+            covs,
+        )
         alive = np.ones(len(members), bool)
         und = np.ones(len(comp.attr_ids), bool)
         if len(comp.attr_ids) <= 3 and comp.single:

@@ -22,6 +22,7 @@ from pathlib import Path
 from dpcurator.errors import QueryError, WorkloadError
 from dpcurator.queries.predicates import (
     IntervalSet,
+    Predicate,
     Query,
     complement,
     intersect,
@@ -329,10 +330,12 @@ def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
                 raise QueryError(
                     f"histogram({name}) would have {attr.size} bins (limit {MAX_QUERIES})"
                 )
-            return [
-                Query.from_coverages(schema, {name: ((p, p + 1),)}, line=line)
-                for p in range(attr.size)
-            ]
+            out = []
+            for p in range(attr.size):
+                pred, text = _value_predicate(attr, p)
+                preds = (pred,) if pred is not None else ()
+                out.append(Query(schema, preds, text or "total", line))
+            return out
         if attr.type != "integer":
             raise QueryError(f"bins need an integer attribute; {name!r} is categorical")
         try:
@@ -367,12 +370,29 @@ def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
         raise QueryError(
             f"marginal({', '.join(names)}) would have {cells} cells (limit {MAX_QUERIES})"
         )
-    return [
-        Query.from_coverages(
-            schema, {n: ((p, p + 1),) for n, p in zip(names, cell, strict=True)}, line=line
-        )
-        for cell in itertools.product(*(range(a.size) for a in attrs))
-    ]
+    # Build the cells directly from per-value predicates (no text parsing, no
+    # normalisation): each predicate and its text is made once per value, and a cell
+    # is a tuple of them in schema order.
+    # cells vary like itertools.product over the attributes as written; predicates
+    # are kept in schema order
+    order = sorted(range(len(attrs)), key=lambda i: schema.index(names[i]))
+    per_attr = [[_value_predicate(a, p) for p in range(a.size)] for a in attrs]
+    out = []
+    for cell in itertools.product(*per_attr):
+        parts = [cell[i] for i in order]
+        preds = tuple(p for p, _ in parts if p is not None)
+        text = " AND ".join(t for _, t in parts if t) or "total"
+        out.append(Query(schema, preds, text, line))
+    return out
+
+
+def _value_predicate(attr: Attribute, pos: int) -> tuple[Predicate | None, str]:
+    """The predicate ``attr = value`` and its canonical text (None for a tautology)."""
+    cov = ((pos, pos + 1),)
+    if cov == ((0, attr.size),):
+        return None, ""
+    pred = Predicate(attr, cov)
+    return pred, pred.to_text()
 
 
 def _json_entries(text: str, name: str) -> list[tuple[int, str, object]]:
