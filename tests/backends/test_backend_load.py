@@ -404,3 +404,13 @@ def test_close_and_shared_connection(tmp_path):
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = 't1'"
     ).fetchall() == [(0,)]
     con.close()
+
+
+def test_gzip_csv(tmp_path):
+    import gzip
+
+    p = tmp_path / "d.csv.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as fh:
+        fh.write(csv_text(ROWS, sep=", ", header=["age", "sex", "color"]))
+    with load_table(p, SCHEMA, separator=", ") as b:
+        assert counts(b) == EXPECTED

@@ -153,7 +153,8 @@ class DuckDBBackend:
         self._owns = owns_connection
         self._rows = report.rows
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
-        self._schemas_ok: set[int] = {id(schema)}
+        # Schemas seen equal to ours, kept alive so that their ids are never reused.
+        self._schemas_ok: dict[int, Schema] = {id(schema): schema}
 
     # ------------------------------------------------------------------ loading
 
@@ -271,7 +272,7 @@ class DuckDBBackend:
         if sid not in self._schemas_ok:
             if q.schema != self.schema:
                 raise InvalidParameter(f"query {str(q)!r} is over a different schema")
-            self._schemas_ok.add(sid)
+            self._schemas_ok[sid] = q.schema
         return q
 
     def counts(self, queries: Sequence[Query]) -> np.ndarray:
