@@ -152,18 +152,31 @@ def _atoms(
     return _Attr(j, size, qidx, cover, breaks[first_ref[0]])
 
 
+def _subsets(rows: np.ndarray) -> np.ndarray:
+    """``sub[a, b]``: row a (a set, as booleans) is a subset of row b, a != b.
+
+    Bit-packed, without BLAS (a threaded matrix product is erratic on a busy machine).
+    """
+    n, m = rows.shape
+    words = -(-m // 64)
+    packed = np.zeros((n, words * 8), np.uint8)
+    packed[:, : -(-m // 8)] = np.packbits(rows, axis=1)
+    bits = packed.view(np.uint64)
+    sub = np.empty((n, n), bool)
+    for a in range(n):
+        sub[a] = ~(bits[a][None, :] & ~bits).any(axis=1)
+    np.fill_diagonal(sub, False)
+    return sub
+
+
 def _dominance(cover_ref: list[np.ndarray], first_ref: list[np.ndarray]) -> None:
     """Drop atoms whose covering set is a subset of another atom's: choosing the larger
     one is never worse, whatever the other attributes take (weights are non-negative)."""
     cover = cover_ref[0]
     n, m = cover.shape
-    if n <= 1 or n * n * max(m, 1) > 4e8:
+    if n <= 1 or n * n * max(m, 1) > 4e9:
         return
-    c = cover.astype(np.float32)
-    inter = c @ c.T
-    sizes = c.sum(axis=1)
-    sub = inter >= sizes[:, None] - 0.5  # sub[a, b]: a is a subset of b
-    np.fill_diagonal(sub, False)
+    sub = _subsets(cover)  # sub[a, b]: a is a subset of b
     # a is dominated if it is a subset of some b that is not equal to it, or equal to an
     # earlier b (atoms are distinct, so equality cannot happen; keep the rule anyway).
     strict = sub & ~(sub.T)
@@ -495,7 +508,8 @@ class _Component:
     def _solve_connected(self, alive: np.ndarray, attrs: list[int]) -> tuple[float, dict[int, int]]:
         if len(attrs) == 1:
             at = self.attrs[attrs[0]]
-            scores = at.cover.astype(np.float64) @ np.where(alive[at.qidx], self.w[at.qidx], 0.0)
+            wq = np.where(alive[at.qidx], self.w[at.qidx], 0.0)
+            scores = np.where(at.cover, wq[None, :], 0.0).sum(axis=1)
             best = int(np.argmax(scores))
             return float(scores[best]), {attrs[0]: int(at.pos[best])}
         if len(attrs) <= 3 and self.single:
@@ -512,21 +526,24 @@ class _Component:
         )
         ai = attrs[int(np.argmax(loads[attrs]))]
         at = self.attrs[ai]
-        kids = np.repeat(alive[None, :], len(at.cover), axis=0)
-        kids[:, at.qidx] &= at.cover
+        # children differ only on the queries constraining ``ai``: compare those columns
+        kc = at.cover & alive[at.qidx][None, :]
         # children with equal survivors are equivalent; one whose survivors are a subset
         # of another's is dominated (node-level dominance)
-        packed = np.packbits(kids, axis=1)
-        _, atom_of = np.unique(
-            packed.view(np.dtype((np.void, packed.shape[1]))).ravel(), return_index=True
-        )
-        kids = kids[atom_of]
-        if 1 < len(kids) <= 64:
-            c = kids.astype(np.float32)
-            sub = (c @ c.T) >= c.sum(axis=1)[:, None] - 0.5
-            np.fill_diagonal(sub, False)
+        if kc.shape[1]:
+            packed = np.ascontiguousarray(np.packbits(kc, axis=1))
+            _, atom_of = np.unique(
+                packed.view(np.dtype((np.void, packed.shape[1]))).ravel(), return_index=True
+            )
+        else:
+            atom_of = np.zeros(1, np.int64)
+        kc = kc[atom_of]
+        if 1 < len(kc) <= 64:
+            sub = _subsets(kc)
             keep = ~(sub & ~sub.T).any(axis=1)
-            kids, atom_of = kids[keep], atom_of[keep]
+            kc, atom_of = kc[keep], atom_of[keep]
+        kids = np.repeat(alive[None, :], len(kc), axis=0)
+        kids[:, at.qidx] = kc
         bounds = np.array([self.bound(kd) for kd in kids])
         order = np.argsort(-bounds, kind="stable")
         und[ai] = False
@@ -653,38 +670,39 @@ def max_overlap(
     schema = qs[0].schema
     # one pass over the predicates: emptiness, constrained attributes
     index = schema._index
-    nonempty = np.ones(len(qs), bool)
-    has_pred = np.zeros(len(qs), bool)
-    pq: list[int] = []
-    pa: list[int] = []
-    pc: list[int] = []
+    lens = np.fromiter((len(q.predicates) for q in qs), np.int64, len(qs))
+    flat = list(itertools.chain.from_iterable(q.predicates for q in qs))
+    # predicates are often shared between queries (macro expansion): handle each
+    # distinct object once
+    code_of: dict[int, int] = {}
+    codes = np.fromiter(
+        (code_of.setdefault(id(p), len(code_of)) for p in flat), np.int64, len(flat)
+    )
+    distinct = [None] * len(code_of)
+    for k, p in zip(codes.tolist(), flat, strict=True):
+        if distinct[k] is None:
+            distinct[k] = p
     interned: list[dict[IntervalSet, int]] = [{} for _ in range(len(schema))]
-    for qi, q in enumerate(qs):
-        preds = q.predicates
-        if not preds:
-            continue
-        has_pred[qi] = True
-        for p in preds:
-            cov = p.coverage
-            if not cov:
-                nonempty[qi] = False
-            j = index[p.attribute.name]
-            table = interned[j]
-            c = table.get(cov)
-            if c is None:
-                c = table[cov] = len(table)
-            pq.append(qi)
-            pa.append(j)
-            pc.append(c)
+    dj = np.empty(len(distinct), np.int64)
+    dc = np.empty(len(distinct), np.int64)
+    dempty = np.empty(len(distinct), bool)
+    for k, p in enumerate(distinct):
+        j = index[p.attribute.name]
+        table = interned[j]
+        dj[k] = j
+        dc[k] = table.setdefault(p.coverage, len(table))
+        dempty[k] = not p.coverage
+    pq = np.repeat(np.arange(len(qs)), lens)
+    pa, pc = dj[codes], dc[codes]
+    has_pred = lens > 0
+    nonempty = np.bincount(pq, weights=dempty[codes], minlength=len(qs)) == 0
     covs = [list(table) for table in interned]
     active = nonempty & (w > 0)
     constrained = active & has_pred
     total = float(w[active & ~constrained].sum())
     # connected components of the bipartite graph queries -- attributes
-    pq_a, pa_a = np.asarray(pq, np.int64), np.asarray(pa, np.int64)
-    keep = constrained[pq_a] if len(pq_a) else np.zeros(0, bool)
-    pq_a, pa_a = pq_a[keep], pa_a[keep]
-    pc_a = np.asarray(pc, np.int64)[keep]
+    keep = constrained[pq]
+    pq_a, pa_a, pc_a = pq[keep], pa[keep], pc[keep]
     nq, na = len(qs), len(schema)
     graph = sparse.coo_matrix((np.ones(len(pq_a)), (pq_a, nq + pa_a)), shape=(nq + na, nq + na))
     _, labels = connected_components(graph, directed=False)
