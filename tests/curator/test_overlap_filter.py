@@ -23,7 +23,8 @@ POINTS = list(itertools.product(range(3), range(4), range(2)))
 
 def covers(q: Query, point) -> bool:
     return all(
-        any(s <= v < e for s, e in q.coverage(name)) for name, v in zip(("a", "b", "c"), point, strict=True)
+        any(s <= v < e for s, e in q.coverage(name))
+        for name, v in zip(("a", "b", "c"), point, strict=True)
     )
 
 
@@ -46,7 +47,9 @@ def queries(draw):
     return Query.from_coverages(SCHEMA, covs)
 
 
-costs = st.sampled_from([Fraction(1, 10), Fraction(1, 4), Fraction(3, 10), Fraction(2, 5), Fraction(1, 2)])
+costs = st.sampled_from(
+    [Fraction(1, 10), Fraction(1, 4), Fraction(3, 10), Fraction(2, 5), Fraction(1, 2)]
+)
 
 
 @settings(max_examples=150, deadline=None)
