@@ -250,3 +250,16 @@ def test_indicator_path_for_scattered_values():
 
     want = [int(dense[np.ix_(positions(a), positions(b))].sum()) for a, b in covs]
     assert got.tolist() == want
+
+
+def test_concurrent_threads(loaded):
+    from concurrent.futures import ThreadPoolExecutor
+
+    backend, frame = loaded
+    qs = [parse_query(f"a = {v}", SCHEMA) for v in range(-3, 7)]
+    want = [brute(frame, q) for q in qs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: backend.counts(qs).tolist(), range(16)))
+        sums = list(pool.map(lambda _: backend.clipped_sum("a", 0, 3), range(16)))
+    assert all(r == want for r in results)
+    assert len(set(sums)) == 1

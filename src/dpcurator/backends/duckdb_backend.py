@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import math
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ class DuckDBBackend:
         self._con: duckdb.DuckDBPyConnection | None = connection
         self._owns = owns_connection
         self._rows = report.rows
+        # A DuckDB connection is not safe for concurrent use: one statement at a time.
+        self._lock = threading.RLock()
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
         # Schemas seen equal to ours, kept alive so that their ids are never reused.
         self._schemas_ok: dict[int, Schema] = {id(schema): schema}
@@ -277,6 +280,10 @@ class DuckDBBackend:
 
     def counts(self, queries: Sequence[Query]) -> np.ndarray:
         """Exact counts (int64), one per query, in order, from as few scans as possible."""
+        with self._lock:
+            return self._counts(queries)
+
+    def _counts(self, queries: Sequence[Query]) -> np.ndarray:
         con = self.connection
         n = len(queries)
         out = np.zeros(n, dtype=np.int64)
@@ -394,6 +401,16 @@ class DuckDBBackend:
         where: Query | None = None,
     ) -> float:
         """Sum over rows satisfying ``where`` of ``min(max(value, lower), upper)``."""
+        with self._lock:
+            return self._clipped_sum(attribute, lower, upper, where)
+
+    def _clipped_sum(
+        self,
+        attribute: str,
+        lower: int | float,
+        upper: int | float,
+        where: Query | None,
+    ) -> float:
         con = self.connection
         if not isinstance(attribute, str) or attribute not in self.schema:
             raise InvalidParameter(f"unknown attribute {attribute!r}")
@@ -432,13 +449,14 @@ class DuckDBBackend:
 
     def close(self) -> None:
         """Close the connection if the backend opened it, else drop its table."""
-        con, self._con = self._con, None
-        if con is None:
-            return
-        if self._owns:
-            con.close()
-        else:
-            con.execute(f"DROP TABLE IF EXISTS {ident(self.table)}")
+        with self._lock:
+            con, self._con = self._con, None
+            if con is None:
+                return
+            if self._owns:
+                con.close()
+            else:
+                con.execute(f"DROP TABLE IF EXISTS {ident(self.table)}")
 
     def __enter__(self) -> DuckDBBackend:
         return self
