@@ -54,6 +54,8 @@ _SPLIT = 32
 #: Share of the time limit (and cap, in seconds) that branch and bound gets before
 #: a component falls back to the 0/1 program (the cap applies without a limit).
 _BNB_SHARE, _BNB_CAP = 0.25, 15.0
+#: Variable elimination of pendant attributes before search (tests switch it off).
+_ELIMINATE = True
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,20 @@ def _keys(pair_q: np.ndarray, pair_a: np.ndarray, n: int) -> list[tuple[int, ...
     return [tuple(pa[starts[k] : starts[k + 1]]) for k in range(n)]
 
 
+@dataclass
+class _Core:
+    """What variable elimination leaves: the core attributes (positions), the unary
+    potentials over atoms (per attribute), the multi-attribute queries still in play,
+    the elimination steps (attribute, neighbour or -1, argmax table or atom) and the
+    constant collected from attributes that ended up isolated."""
+
+    attrs: np.ndarray
+    unary: list[np.ndarray]
+    queries: np.ndarray
+    steps: list[tuple[int, int, np.ndarray | int]]
+    const: float
+
+
 class _Component:
     """Queries linked through shared attributes; solved independently of the others."""
 
@@ -557,47 +573,166 @@ class _Component:
                 best_assign = {**a, ai: int(at.pos[atom_of[i]])}
         return best, best_assign
 
-    # -- 0/1 program
-    def milp(self, time_limit: float | None) -> tuple[float, float, dict[int, int], bool]:
+    # -- elimination of pendant attributes (variable elimination on the attribute graph)
+    def eliminate(self, fold: bool = True) -> _Core:
+        """Fold away every attribute that the remaining queries link to at most one other
+        attribute: for an atom b of the neighbour k, the best the attribute can add is
+        max_a [U_j(a) + sum of the (j, k) queries covering (a, b)], a unary potential on
+        k. Exact (max-sum variable elimination on a tree-like part); what is left, the
+        *core*, keeps its unary potentials and multi-attribute queries."""
+        attrs = self.attrs
+        na = len(attrs)
+        nq = len(self.w)
+        keys = self.qkeys
+        multi = np.array([len(k) >= 2 for k in keys], bool)
+        unary = []
+        cols: list[dict[int, int]] = []
+        qs_of: list[set[int]] = []
+        for at in attrs:
+            col = {int(q): c for c, q in enumerate(at.qidx.tolist())}
+            cols.append(col)
+            m = ~multi[at.qidx]
+            wq = np.where(m, self.w[at.qidx], 0.0)
+            unary.append(np.where(at.cover, wq[None, :], 0.0).sum(axis=1))
+            qs_of.append({int(q) for q in at.qidx[~m].tolist()})
+        steps: list[tuple[int, int, np.ndarray | int]] = []
+        const = 0.0
+        done = np.zeros(na, bool)
+
+        def nbrs(ai: int) -> set[int]:
+            out: set[int] = set()
+            for q in qs_of[ai]:
+                out.update(keys[q])
+                if len(out) > 2:
+                    break
+            out.discard(ai)
+            return out
+
+        queue = list(range(na)) if fold else []
+        while queue:
+            ai = queue.pop()
+            if done[ai]:
+                continue
+            nb = nbrs(ai)
+            if len(nb) > 1:
+                continue
+            if not nb:
+                best = int(np.argmax(unary[ai]))
+                const += float(unary[ai][best])
+                steps.append((ai, -1, best))
+                done[ai] = True
+                continue
+            (k,) = nb
+            nj, nk = len(unary[ai]), len(unary[k])
+            if nj * nk > 4_000_000:
+                continue
+            qlist = sorted(qs_of[ai])
+            cj = attrs[ai].cover[:, [cols[ai][q] for q in qlist]]
+            ck = attrs[k].cover[:, [cols[k][q] for q in qlist]]
+            table = unary[ai][:, None] + (cj * self.w[qlist][None, :]) @ ck.T.astype(np.float64)
+            arg = np.argmax(table, axis=0)
+            unary[k] = unary[k] + table[arg, np.arange(nk)]
+            qs_of[k].difference_update(qlist)
+            qs_of[ai].clear()
+            steps.append((ai, k, arg))
+            done[ai] = True
+            queue.append(k)
+        core_q = np.zeros(nq, bool)
+        for ai in np.flatnonzero(~done):
+            core_q[list(qs_of[ai])] = True
+        return _Core(np.flatnonzero(~done), unary, core_q, steps, const)
+
+    def no_elimination(self) -> _Core:
+        """The core without elimination: every attribute, unary potentials from the
+        single-attribute queries, every multi-attribute query (tests use it)."""
+        core = self.eliminate(fold=False)
+        return core
+
+    def back_substitute(self, core: _Core, atoms: Mapping[int, int]) -> dict[int, int]:
+        """Atoms of the eliminated attributes from the core's atoms; -> value positions."""
+        atom = dict(atoms)
+        for ai, k, how in reversed(core.steps):
+            atom[ai] = int(how) if k < 0 else int(np.asarray(how)[atom[k]])
+        return {ai: int(self.attrs[ai].pos[a]) for ai, a in atom.items()}
+
+    def milp_core(
+        self, core: _Core, time_limit: float | None
+    ) -> tuple[float, dict[int, int], bool]:
+        """The 0/1 program on the core: z_{j,a} one-hot per attribute over atoms (with
+        the unary potentials as objective coefficients), y_q for each multi-attribute
+        query, y_q <= sum_{a in C_{q,j}} z_{j,a} (or the complement form); for a family
+        of pairwise-disjoint queries (a grid) the constraints are aggregated, which is
+        valid (at most one of them covers a point) and much tighter:
+        sum_{q in F, C_{q,j} = C} y_q <= sum_{a in C} z_{j,a}. Returns (upper bound of
+        the core objective, atoms, solved to optimality)."""
         from scipy.optimize import LinearConstraint, milp
 
         attrs = self.attrs
-        offsets = np.cumsum([0] + [len(a.cover) for a in attrs])
-        nz = int(offsets[-1])
-        nq = len(self.w)
-        rows, cols, vals, lb, ub = [], [], [], [], []
-        r = 0
-        for ai, at in enumerate(attrs):  # each attribute takes exactly one atom
-            rows += [r] * len(at.cover)
-            cols += list(range(offsets[ai], offsets[ai + 1]))
-            vals += [1.0] * len(at.cover)
-            lb.append(1.0)
-            ub.append(1.0)
-            r += 1
-        for ai, at in enumerate(attrs):  # y_q <= sum of z over the atoms q covers
-            for k, q in enumerate(at.qidx):
-                col = at.cover[:, k]
-                inside = np.flatnonzero(col)
-                outside = np.flatnonzero(~col)
-                rows.append(r)
-                cols.append(nz + int(q))
-                vals.append(1.0)
-                if len(inside) <= len(outside):
-                    rows += [r] * len(inside)
-                    cols += list(offsets[ai] + inside)
-                    vals += [-1.0] * len(inside)
-                    lb.append(-np.inf)
-                    ub.append(0.0)
-                else:  # equivalently y_q + sum of z over the atoms q misses <= 1
-                    rows += [r] * len(outside)
-                    cols += list(offsets[ai] + outside)
-                    vals += [1.0] * len(outside)
-                    lb.append(-np.inf)
-                    ub.append(1.0)
-                r += 1
-        a_mat = sparse.csr_matrix((vals, (rows, cols)), shape=(r, nz + nq))
-        c = np.concatenate([np.zeros(nz), -self.w])
-        integrality = np.concatenate([np.ones(nz), np.zeros(nq)])
+        core_attrs = [int(a) for a in core.attrs]
+        offsets = {}
+        nz = 0
+        for ai in core_attrs:
+            offsets[ai] = nz
+            nz += len(attrs[ai].cover)
+        qlist = np.flatnonzero(core.queries)
+        nvar = nz + len(qlist)
+        c = np.zeros(nvar)
+        for ai in core_attrs:
+            c[offsets[ai] : offsets[ai] + len(attrs[ai].cover)] = -core.unary[ai]
+        c[nz:] = -self.w[qlist]
+        rows: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+        vals: list[np.ndarray] = []
+        lb: list[float] = []
+        ub: list[float] = []
+
+        def add(cs: np.ndarray, vs: np.ndarray, lo: float, hi: float) -> None:
+            rows.append(np.full(len(cs), len(lb), np.int64))
+            cols.append(np.asarray(cs, np.int64))
+            vals.append(np.asarray(vs, np.float64))
+            lb.append(lo)
+            ub.append(hi)
+
+        for ai in core_attrs:  # each attribute takes exactly one atom
+            n = len(attrs[ai].cover)
+            add(offsets[ai] + np.arange(n), np.ones(n), 1.0, 1.0)
+        order, starts = self.groups()
+        gid = np.empty(len(self.w), np.int64)
+        gid[order] = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)]))
+        ypos = np.full(len(self.w), -1, np.int64)
+        ypos[qlist] = nz + np.arange(len(qlist))
+        in_core = core.queries
+        for ai in core_attrs:
+            at = attrs[ai]
+            sel = np.flatnonzero(in_core[at.qidx])
+            if not len(sel):
+                continue
+            # aggregate the queries of one family with the same coverage on this attribute
+            key = gid[at.qidx[sel]] * (len(self.covs[ai]) + 1) + self.cid[ai][sel]
+            _, rep_, grp = np.unique(key, return_index=True, return_inverse=True)
+            grp = grp.ravel()
+            ng = len(rep_)
+            row0 = len(lb)
+            n = len(at.cover)
+            cov = at.cover[:, sel[rep_]]  # atoms x groups
+            n_in = cov.sum(axis=0)
+            use_in = n_in <= n - n_in
+            zsel = np.where(use_in[None, :], cov, ~cov)
+            za, zg = np.nonzero(zsel)
+            rows.append(row0 + grp)
+            cols.append(ypos[at.qidx[sel]])
+            vals.append(np.ones(len(sel)))
+            rows.append(row0 + zg)
+            cols.append(offsets[ai] + za)
+            vals.append(np.where(use_in[zg], -1.0, 1.0))
+            lb.extend([-np.inf] * ng)
+            ub.extend(np.where(use_in, 0.0, 1.0).tolist())
+        r = len(lb)
+        a_mat = sparse.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(r, nvar),
+        )
+        integrality = np.r_[np.ones(nz), np.zeros(nvar - nz)]
         options: dict[str, float | bool] = {"mip_rel_gap": 0.0, "disp": False}
         if time_limit is not None:
             options["time_limit"] = max(time_limit, 0.01)
@@ -609,12 +744,18 @@ class _Component:
             options=options,
         )
         dual = getattr(res, "mip_dual_bound", None)
-        upper = -float(dual) if dual is not None and np.isfinite(dual) else float(self.w.sum())
-        assign: dict[int, int] = {}
+        if dual is not None and np.isfinite(dual):
+            upper = -float(dual)
+        else:
+            upper = float(sum(u.max() for u in core.unary if len(u))) + float(self.w.sum())
+        atoms: dict[int, int] = {}
         if res.x is not None:
-            for ai, at in enumerate(attrs):
-                assign[ai] = int(at.pos[int(np.argmax(res.x[offsets[ai] : offsets[ai + 1]]))])
-        return upper, upper, assign, res.status == 0
+            for ai in core_attrs:
+                n = len(attrs[ai].cover)
+                atoms[ai] = int(np.argmax(res.x[offsets[ai] : offsets[ai] + n]))
+        else:
+            atoms = {ai: int(np.argmax(core.unary[ai])) for ai in core_attrs}
+        return upper, atoms, res.status == 0
 
     def covered(self, assign: Mapping[int, int]) -> np.ndarray:
         """Local queries that cover the point (attribute position -> value position)."""
@@ -724,7 +865,7 @@ def max_overlap(
     exact = True
     methods: set[str] = set()
     covered = active & ~constrained
-    hard: list[_Component] = []
+    hard: list[tuple[_Component, _Core]] = []
     for root, members in comp_q.items():
         lo_, hi_ = np.searchsorted(lab_sorted, [root, root + 1])
         sel = pred_order[lo_:hi_]
@@ -750,6 +891,20 @@ def max_overlap(
             for ai, p in assign.items():
                 point[comp.attr_ids[ai]] = p
             continue
+        core = comp.eliminate() if _ELIMINATE else comp.no_elimination()
+        if not len(core.attrs):  # a forest: variable elimination is exact
+            methods.add("elimination")
+            assign = comp.back_substitute(core, {})
+            upper += core.const
+            cov = comp.covered(assign)
+            covered[comp.local[cov]] = True
+            lower += float(w[comp.local[cov]].sum())
+            for ai, p in assign.items():
+                point[comp.attr_ids[ai]] = p
+            continue
+        if len(core.attrs) < len(comp.attr_ids):
+            hard.append((comp, core))
+            continue
         try:
             if len(comp.attr_ids) > 3 or not comp.single:
                 # branch and bound gets a slice of the time, then the 0/1 program
@@ -761,7 +916,7 @@ def max_overlap(
             up = val
         except (_Timeout, RecursionError):  # too deep or too slow: the 0/1 program takes over
             comp.deadline = deadline
-            hard.append(comp)
+            hard.append((comp, core))
             continue
         upper += up
         cov = comp.covered(assign)
@@ -769,10 +924,14 @@ def max_overlap(
         lower += float(w[comp.local[cov]].sum())
         for ai, p in assign.items():
             point[comp.attr_ids[ai]] = p
-    for comp in hard:
+    for comp, core in hard:
         remaining = None if time_limit is None else max(0.0, deadline - time.monotonic())
-        up, _, assign, ok = comp.milp(remaining)
+        up, atoms, ok = comp.milp_core(core, remaining)
         methods.add("milp")
+        if len(core.attrs) < len(comp.attr_ids):
+            methods.add("elimination")
+        assign = comp.back_substitute(core, atoms)
+        up += core.const
         cov = comp.covered(assign)
         got = float(w[comp.local[cov]].sum())
         root_bound = comp.bound(np.ones(len(comp.w), bool))
