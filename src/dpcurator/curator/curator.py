@@ -222,7 +222,7 @@ class Curator:
         schema = self._table(row.table).schema
         covs = {name: tuple(tuple(iv) for iv in ivs) for name, ivs in row.coverage.items()}
         q = Query.from_coverages(schema, covs, text=row.request)
-        return Charge(row.id, row.table, row.analyst, q, row.cost)
+        return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
     def _table(self, table: str | None) -> Any:
         name = DEFAULT_TABLE if table is None and len(self._backends) == 1 else table
@@ -287,29 +287,33 @@ class Curator:
         noise: str,
         analyst: str | None,
     ) -> tuple[int, Fraction]:
-        """Check and charge in one committed transaction; return (charge id, remaining)."""
+        """Check and charge in one committed transaction; return (charge id, remaining).
+
+        The remaining budget on the covered points is exact when the filter needed its
+        exact computation, and otherwise a lower bound (never more than really remains);
+        :meth:`remaining` is always exact.
+        """
         with self._ledger.lock, self._ledger.transaction():
             self._sync()
-            spent = self._filter.spent_on(table, covered)
-            if spent + cost > self.budget.amount:
-                raise BudgetExceeded(
-                    f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, but "
-                    f"the points it covers have {self._show(self.budget.amount - spent)} left of the "
-                    f"budget {self.budget.describe()}"
-                )
-            left = self.budget.amount - spent - cost
+            quota = None
             if analyst is not None:
                 quota = self._ledger.quota(analyst)
                 if quota is False:
                     raise InvalidParameter(f"unknown analyst {analyst!r}")
-                if quota is not None:
-                    mine = self._filter.spent_on(table, covered, analyst)
-                    if mine + cost > quota:
-                        raise BudgetExceeded(
-                            f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, "
-                            f"but analyst {analyst!r} has {self._show(quota - mine)} left of the "
-                            f"quota {self._show(quota)} on the points it covers"
-                        )
+            d = self._filter.decide(table, covered, cost, analyst=analyst, quota=quota)
+            if not d.admitted and d.by == "budget":
+                raise BudgetExceeded(
+                    f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, but "
+                    f"the points it covers have {self._show(d.limit - d.spent)} left of the "
+                    f"budget {self.budget.describe()}"
+                )
+            if not d.admitted:
+                raise BudgetExceeded(
+                    f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, "
+                    f"but analyst {analyst!r} has {self._show(d.limit - d.spent)} left of the "
+                    f"quota {self._show(d.limit)} on the points it covers"
+                )
+            left = self.budget.amount - d.spent - cost
             charge_id = self._ledger.insert_charge(
                 analyst=analyst,
                 table=table,
@@ -317,10 +321,11 @@ class Curator:
                 request=request,
                 coverage=_coverage_json(covered),
                 cost=cost,
+                level=d.level,
                 noise=noise,
             )
         # Committed: only now does the filter (and then the answer) see it.
-        self._filter.add(Charge(charge_id, table, analyst, covered, cost))
+        self._filter.add(Charge(charge_id, table, analyst, covered, cost, d.level))
         self._last_id = max(self._last_id, charge_id)
         return charge_id, left
 

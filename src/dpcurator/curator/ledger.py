@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS charges (
     request TEXT NOT NULL,
     coverage TEXT NOT NULL,
     cost TEXT NOT NULL,
+    level TEXT NOT NULL,
     noise TEXT NOT NULL,
     answer TEXT
 );
@@ -59,6 +60,7 @@ class ChargeRow:
     request: str
     coverage: dict[str, list[list[int]]]
     cost: Fraction
+    level: Fraction
     noise: str
     answer: object | None
 
@@ -73,8 +75,9 @@ def _row(r: tuple) -> ChargeRow:
         request=r[5],
         coverage=json.loads(r[6]),
         cost=Fraction(r[7]),
-        noise=r[8],
-        answer=None if r[9] is None else json.loads(r[9]),
+        level=Fraction(r[8]),
+        noise=r[9],
+        answer=None if r[10] is None else json.loads(r[10]),
     )
 
 
@@ -131,7 +134,7 @@ class Ledger:
 
     def charges_after(self, last_id: int) -> list[ChargeRow]:
         rows = self._db.execute(
-            "SELECT id, created, analyst, table_name, kind, request, coverage, cost, noise, "
+            "SELECT id, created, analyst, table_name, kind, request, coverage, cost, level, noise, "
             "answer FROM charges WHERE id > ? ORDER BY id",
             (last_id,),
         ).fetchall()
@@ -146,12 +149,23 @@ class Ledger:
         request: str,
         coverage: dict[str, list[list[int]]],
         cost: Fraction,
+        level: Fraction,
         noise: str,
     ) -> int:
         cur = self._db.execute(
             "INSERT INTO charges (created, analyst, table_name, kind, request, coverage, cost, "
-            "noise) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (time.time(), analyst, table, kind, request, json.dumps(coverage), str(cost), noise),
+            "level, noise) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                time.time(),
+                analyst,
+                table,
+                kind,
+                request,
+                json.dumps(coverage),
+                str(cost),
+                str(level),
+                noise,
+            ),
         )
         return int(cur.lastrowid)
 
