@@ -225,3 +225,31 @@ def test_privacy_unit_drops_extra_rows_and_scales_noise(tmp_path):
             budget=PureDP(1),
             privacy_unit=("user_id", 0),
         )
+
+
+def test_batch_release_is_all_or_nothing(people):
+    _, _, df = people
+    with open_(people, budget=PureDP(1.0)) as c:
+        qs = ["age < 30", "age >= 30 AND age < 60", "age >= 60", "sex = 'F'"]
+        answers = c.release(qs, [0.5, 0.5, 0.5, 0.5])
+        assert len(answers) == 4 and len(c.history()) == 4
+        assert c.remaining() == pytest.approx(0.0)  # every point: one age band + sex = F
+        assert all(0 <= a.remaining <= 0.5 for a in answers)
+        before = len(c.history())
+        with pytest.raises(BudgetExceeded, match="query 2 of the batch"):
+            c.release(["region = 'north' AND sex = 'M' AND age < 30", "age < 10"], [0.5, 0.1])
+        assert len(c.history()) == before  # nothing in the batch was charged
+        # The refused batch left no phantom charge in the filter either.
+        assert c.remaining() == pytest.approx(0.0) and len(c._filter.charges("data")) == before
+        with pytest.raises(InvalidParameter):
+            c.release(["age < 3"], [0.1, 0.2])
+
+
+def test_batch_release_counts_are_exact(people):
+    _, _, df = people
+    with open_(people, budget=PureDP(1e6), rng=SeededRandomSource(5), allow_insecure=True) as c:
+        qs = [f"age BETWEEN {a} AND {a + 9}" for a in range(0, 100, 10)]
+        answers = c.release(qs, [1000.0] * len(qs))
+        assert [a.value for a in answers] == [
+            int(((df.age >= a) & (df.age <= a + 9)).sum()) for a in range(0, 100, 10)
+        ]

@@ -612,6 +612,93 @@ class Curator:
         )
         return answers[0]
 
+    def release(
+        self,
+        queries: Sequence[str | Query],
+        costs: Sequence[float],
+        *,
+        table: str | None = None,
+        kind: str = "workload",
+        _analyst: str | None = None,
+    ) -> list[Answer]:
+        """Release a batch of counts, each with its own cost (in the budget's currency),
+        all or nothing: either every query passes the filter and is charged, in one
+        committed transaction, or none is (:class:`BudgetExceeded` names the first that
+        does not fit). All counts are then taken in one scan."""
+        t = self._table_name(table)
+        qs = [self._query(q, t) for q in queries]
+        if len(costs) != len(qs):
+            raise InvalidParameter(f"got {len(costs)} costs for {len(qs)} queries")
+        cur = self.budget.currency
+        priced = [
+            self._cost(*(c if k == cur else None for k in ("epsilon", "rho", "mu"))) for c in costs
+        ]
+        noises = [noise_for_cost(g, self._k) for _, g in priced]  # validates before charging
+        ids: list[int] = []
+        with self._ledger.lock, self._ledger.transaction():
+            self._sync()
+            mark = self._filter.snapshot()
+            try:
+                for i, (q, (cost, _), noise) in enumerate(zip(qs, priced, noises, strict=True)):
+                    d = self._filter.decide(t, q, cost)
+                    if not d.admitted:
+                        raise BudgetExceeded(
+                            f"refused: query {i + 1} of the batch ({q.text!r}) costs "
+                            f"{self._show(cost)} {cur}, but its points have "
+                            f"{self._show(d.limit - d.spent)} left of the budget "
+                            f"{self.budget.describe()}; nothing in the batch was charged"
+                        )
+                    charge_id = self._ledger.insert_charge(
+                        analyst=_analyst,
+                        table=t,
+                        kind=kind,
+                        request=q.text or "total",
+                        coverage=_coverage_json(q),
+                        cost=cost,
+                        level=d.level,
+                        noise=str(noise),
+                    )
+                    self._filter.add(Charge(charge_id, t, _analyst, q, cost, d.level))
+                    ids.append(charge_id)
+            except BaseException:
+                self._filter.rollback(mark)
+                raise
+        self._last_id = max(self._last_id, *ids) if ids else self._last_id
+        truth = np.asarray(self._backends[t].counts(qs), dtype=np.int64)
+        noisy = truth.copy()
+        by_noise: dict[object, list[int]] = {}
+        for i, noise in enumerate(noises):
+            by_noise.setdefault(noise, []).append(i)
+        for noise, idx in by_noise.items():  # one vectorised draw per distinct noise
+            noisy[idx] += np.atleast_1d(noise.sample(size=len(idx), rng=self._rng))
+        answers = []
+        for i, (q, (cost, _), noise, charge_id) in enumerate(
+            zip(qs, priced, noises, ids, strict=True)
+        ):
+            name = "discrete_laplace" if "Laplace" in type(noise).__name__ else "discrete_gaussian"
+            param = float(noise.scale if name == "discrete_laplace" else noise.sigma)
+            # Remaining after the whole batch, from the levels: a lower bound.
+            left = (
+                self.budget.amount
+                - self._filter.quick_local(t, q)
+                - self._filter.quick_elsewhere(t)
+            )
+            answers.append(
+                Answer(
+                    q.text or "total",
+                    int(noisy[i]),
+                    name,
+                    param,
+                    self.budget.display(cost),
+                    cur,
+                    noise.interval(0.05),
+                    self.budget.display(max(left, Fraction(0))),
+                    charge_id,
+                )
+            )
+        self._ledger.record_answers([(a.charge_id, {a.query: a.value}) for a in answers])
+        return answers
+
     # --- budget and history ------------------------------------------------------------
 
     def remaining(

@@ -170,9 +170,13 @@ class Ledger:
         return int(cur.lastrowid)
 
     def record_answer(self, charge_id: int, answer: object) -> None:
+        self.record_answers([(charge_id, answer)])
+
+    def record_answers(self, answers: list[tuple[int, object]]) -> None:
         with self._lock, self.transaction() as db:
-            db.execute(
-                "UPDATE charges SET answer = ? WHERE id = ?", (json.dumps(answer), charge_id)
+            db.executemany(
+                "UPDATE charges SET answer = ? WHERE id = ?",
+                [(json.dumps(a), charge_id) for charge_id, a in answers],
             )
 
     def quota(self, analyst: str) -> Fraction | bool | None:

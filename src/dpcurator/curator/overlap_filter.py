@@ -214,6 +214,26 @@ class OverlapFilter:
         for key in [k for k in self._worst if k[0] == charge.table]:
             del self._worst[key]
 
+    def snapshot(self) -> dict[str, int]:
+        """How many charges each table has: a point to :meth:`rollback` to."""
+        return {t: len(ix.charges) for t, ix in self._tables.items()}
+
+    def rollback(self, snapshot: dict[str, int]) -> None:
+        """Forget the charges added since ``snapshot`` (a batch that was refused)."""
+        for t in list(self._tables):
+            ix = self._tables[t]
+            keep = snapshot.get(t, 0)
+            if keep == len(ix.charges):
+                continue
+            if keep == 0:
+                del self._tables[t]
+            else:
+                del ix.charges[keep:]
+                ix.level[keep:] = 0
+                ix.top = max(c.level for c in ix.charges)
+            for key in [k for k in self._worst if k[0] == t]:
+                del self._worst[key]
+
     def charges(self, table: str, analyst: str | None = None) -> list[Charge]:
         index = self._tables.get(table)
         cs = index.charges if index else []
