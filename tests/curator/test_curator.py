@@ -228,7 +228,7 @@ def test_privacy_unit_drops_extra_rows_and_scales_noise(tmp_path):
 
 
 def test_batch_release_is_all_or_nothing(people):
-    _, _, df = people
+    _, _, _ = people
     with open_(people, budget=PureDP(1.0)) as c:
         qs = ["age < 30", "age >= 30 AND age < 60", "age >= 60", "sex = 'F'"]
         answers = c.release(qs, [0.5, 0.5, 0.5, 0.5])
