@@ -89,3 +89,26 @@ def test_interval_edge_cases():
     assert DiscreteGaussianNoise(Fraction(1, 10)).interval(0.05) == 0
     assert DiscreteLaplaceNoise(10).tail(DiscreteLaplaceNoise(10).interval(0.05)) <= 0.05
     assert DiscreteGaussianNoise(10).tail(DiscreteGaussianNoise(10).interval(0.05)) <= 0.05
+
+
+def test_large_sigma_asymptotic_sums_agree_with_summation(monkeypatch):
+    """Above LARGE_SIGMA the sums use Poisson/Euler-Maclaurin; check them at one sigma."""
+    import dpcurator.mechanisms.noise as noise_mod
+
+    # a sigma far beyond summation is instant
+    huge = DiscreteGaussianNoise(7 * 10**9)
+    assert huge.interval(0.05) == pytest.approx(1.959964 * 7e9, rel=1e-6)
+    sigma = 123457
+    fast = DiscreteGaussianNoise(sigma)
+    assert sigma > noise_mod.LARGE_SIGMA
+    got = [fast.interval(a) for a in (0.5, 0.05, 1e-6, 1e-12)]
+    got_m = (fast.expected_abs(), fast.variance(), fast.tail(200_000))
+    monkeypatch.setattr(noise_mod, "LARGE_SIGMA", 1e12)
+    noise_mod._dg_sums.cache_clear()
+    try:
+        slow = DiscreteGaussianNoise(sigma)
+        assert got == [slow.interval(a) for a in (0.5, 0.05, 1e-6, 1e-12)]
+        want = (slow.expected_abs(), slow.variance(), slow.tail(200_000))
+        assert got_m == pytest.approx(want, rel=1e-12)
+    finally:
+        noise_mod._dg_sums.cache_clear()

@@ -146,10 +146,37 @@ def _dg_chunks(sigma: float, start: int = 0):
         yield k, np.exp(-(k * k) / two_s2)
 
 
+#: Above this sigma the sums are evaluated by Poisson / Euler-Maclaurin summation
+#: instead of term by term (whose cost grows like sigma).
+LARGE_SIGMA = 1.0e5
+
+
+def _dg_tail_large(sigma: float, m: int) -> float:
+    """S(m) = sum_{k >= m} w(k) for large sigma, by Euler-Maclaurin summation.
+
+    S(m) = integral_m^inf w + w(m)/2 - w1(m)/12 + w3(m)/720 - ..., where wj is the j-th
+    derivative; w1(m) = -(m/sigma^2) w(m), and the next term is below w(m) / sigma^3,
+    i.e. below 1e-15 relative to the tail for sigma > 1e5.
+    """
+    from scipy.special import erfc
+
+    w = math.exp(-(m * m) / (2.0 * sigma * sigma))
+    integral = sigma * math.sqrt(math.pi / 2.0) * float(erfc(m / (sigma * math.sqrt(2.0))))
+    return integral + w / 2.0 + m * w / (12.0 * sigma * sigma)
+
+
 @lru_cache(maxsize=256)
 def _dg_sums(sigma: Fraction) -> tuple[float, float, float]:
-    """(Z, sum |k| w, sum k^2 w) over all integers k, by summation of the weights."""
+    """(Z, sum |k| w, sum k^2 w) over all integers k.
+
+    By summation of the weights; for sigma > LARGE_SIGMA by Poisson summation
+    (Z = sigma sqrt(2 pi) and E Y^2 = sigma^2 up to terms in exp(-2 pi^2 sigma^2)) and
+    Euler-Maclaurin (sum_{k>=1} k w(k) = sigma^2 - 1/12 + O(1/sigma^2)).
+    """
     s = float(sigma)
+    if s > LARGE_SIGMA:
+        z = s * math.sqrt(2.0 * math.pi)
+        return z, 2.0 * (s * s - 1.0 / 12.0), s * s * z
     z, m1, m2 = [1.0], [], []
     for k, w in _dg_chunks(s, 1):
         z.append(2.0 * float(w.sum()))
@@ -191,6 +218,8 @@ class DiscreteGaussianNoise:
         """P(|Y| > h) for an integer h >= 0, by summation from the small end."""
         s = float(self.sigma)
         z = _dg_sums(self.sigma)[0]
+        if s > LARGE_SIGMA:
+            return min(1.0, 2.0 * _dg_tail_large(s, h + 1) / z)
         parts = [2.0 * float(w.sum()) for _, w in _dg_chunks(s, h + 1)]
         return min(1.0, math.fsum(parts) / z)
 
@@ -206,6 +235,15 @@ class DiscreteGaussianNoise:
         s = float(self.sigma)
         z = _dg_sums(self.sigma)[0]
         threshold = a * z / 2.0
+        if s > LARGE_SIGMA:  # bisection on the monotone tail
+            lo, hi = 0, math.ceil(_DG_SIGMAS * s) + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.tail(mid) <= a:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
         chunks = list(_dg_chunks(s, 1))
         carry = 0.0
         for k, w in reversed(chunks):

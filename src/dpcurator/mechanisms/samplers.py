@@ -178,6 +178,8 @@ def _bernoulli_exp_fraction(rng: RandomSource, r: np.ndarray, d: int) -> np.ndar
 
 def _bernoulli_exp_array(rng: RandomSource, n: np.ndarray, d: int) -> np.ndarray:
     """Bernoulli(exp(-n/d)) elementwise for non-negative integers ``n`` and ``d >= 1``."""
+    if d >= INT64_LIMIT and n.dtype != object:
+        n = n.astype(object)
     q = n // d
     r = n - q * d
     if d <= INT64_LIMIT:
@@ -220,8 +222,10 @@ def bernoulli_exp(gamma: object, size: object = None, rng: RandomSource | None =
 
 def _discrete_laplace_core(rng: RandomSource, T: int, S: int, size: int) -> np.ndarray:
     """``size`` exact draws with P(z) proportional to exp(-|z| S / T) (CKS Algorithm 2)."""
-    # P(keep U) = (1 - e^-1) / (T (1 - e^(-1/T))), P(keep sign) = (1 + e^(-S/T)) / 2
-    accept = (-math.expm1(-1.0)) / (T * -math.expm1(-1.0 / T)) * (1 + math.exp(-S / T)) / 2
+    # P(keep U) = (1 - e^-1) / (T (1 - e^(-1/T))), P(keep sign) = (1 + e^(-S/T)) / 2;
+    # only used to size batches (int / int true division never overflows)
+    keep_u = -math.expm1(-1.0) / (-math.expm1(-(1 / T)) * T) if T < 2**60 else 1.0
+    accept = max(0.05, keep_u * (1 + math.exp(-(S / T))) / 2)
     parts: list[np.ndarray] = []
     got = 0
     while got < size:
