@@ -19,6 +19,7 @@ import math
 
 from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution as PLD
 
 from dpcurator.privacy.events import (
     DiscreteGaussian,
@@ -29,8 +30,6 @@ from dpcurator.privacy.events import (
     Laplace,
 )
 from dpcurator.privacy.guarantees import GDP, ApproxDP, PureDP
-
-PLD = pld_lib.PrivacyLossDistribution
 
 
 def discretisation(events: list[Event]) -> float:
@@ -123,7 +122,7 @@ def compose_pld(events: list[Event]) -> PLD | None:
     and makes 10^4 distinct mechanisms take about a second instead of a minute.
     """
     interval = discretisation(events)
-    parts = []
+    parts: list[PLD] = []
     for e in events:
         one = event_pld(e, interval)
         if one is None:
