@@ -56,6 +56,9 @@ _SPLIT = 32
 _BNB_SHARE, _BNB_CAP = 0.25, 15.0
 #: Variable elimination of pendant attributes before search (tests switch it off).
 _ELIMINATE = True
+_Y_INTEGRAL = 1.0
+_DISP = False
+_COMPLEMENT = True
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,128 @@ def _families(
 # ------------------------------------------------------------------------ boxes
 
 
+#: Largest 2-D grid (cells) for the slab sweep of the box solver.
+_SLAB_CELLS = 1 << 22
+#: Coarsening of the 2-D grid used to prune before the exact 2-D bound.
+_COARSE = 16
+
+
+def _box_max_slabs(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    w: np.ndarray,
+    sizes: Sequence[int],
+    deadline: float,
+    eps: float,
+) -> tuple[float, float, list[int], bool] | None:
+    """Max weighted depth of boxes ``[lo, hi)`` by best-first search over slabs of one
+    axis (the one with the most distinct coordinates), with an *exact* 2-D bound: the
+    bound of a slab is the max depth, over the other two axes, of the boxes meeting the
+    slab (a 2-D difference array on the compressed grid). A slab one cell wide is
+    exact, so the first one popped from the heap is optimal. None if the 2-D grid would
+    be too large (the caller falls back to :func:`_box_max`)."""
+    n, k = lo.shape
+    coords = []
+    clo = np.zeros((n, 3), np.int64)
+    chi = np.ones((n, 3), np.int64)
+    dims = [1, 1, 1]
+    for d in range(k):
+        br = np.unique(np.concatenate([lo[:, d], hi[:, d], [0, sizes[d]]]))
+        coords.append(br)
+        clo[:, d] = np.searchsorted(br, lo[:, d])
+        chi[:, d] = np.searchsorted(br, hi[:, d])
+        dims[d] = len(br) - 1
+    for _ in range(k, 3):
+        coords.append(np.array([0, 1]))
+    ax = int(np.argmax(dims))
+    a1, a2 = (d for d in range(3) if d != ax)
+    s1, s2 = dims[a1] + 1, dims[a2] + 1
+    if s1 * s2 > _SLAB_CELLS:
+        return None
+    x0, x1 = clo[:, ax], chi[:, ax]
+    y0, y1, z0, z1 = clo[:, a1], chi[:, a1], clo[:, a2], chi[:, a2]
+    f = _COARSE
+    cy0, cy1, cz0, cz1 = y0 // f, (y1 - 1) // f + 1, z0 // f, (z1 - 1) // f + 1
+    cs2 = -(-dims[a2] // f) + 1
+    cshape = (-(-dims[a1] // f), cs2 - 1)
+
+    def grid2(i0, i1, j0, j1, ww, shape):  # weighted depth of rectangles on a grid
+        t2 = shape[1] + 1
+        size = (shape[0] + 1) * t2
+        g = np.bincount(i0 * t2 + j0, ww, size) - np.bincount(i0 * t2 + j1, ww, size)
+        g -= np.bincount(i1 * t2 + j0, ww, size) - np.bincount(i1 * t2 + j1, ww, size)
+        g = g.reshape(shape[0] + 1, t2)
+        np.cumsum(g, axis=1, out=g)
+        np.cumsum(g, axis=0, out=g)
+        return g[:-1, :-1]
+
+    def bound(c0: int, c1: int, best: float) -> tuple[float, int, int]:
+        """(bound, cell on axis a1, cell on axis a2); the bound may be <= best (pruned)."""
+        meet = np.flatnonzero((x0 < c1) & (x1 > c0))
+        cg = grid2(cy0[meet], cy1[meet], cz0[meet], cz1[meet], w[meet], cshape)
+        surv = cg > best + eps
+        if not surv.any():
+            return float(cg.max()) if cg.size else 0.0, 0, 0
+        rows = np.flatnonzero(surv.any(axis=1))
+        cols = np.flatnonzero(surv.any(axis=0))
+        r0, r1 = int(rows[0]) * f, min(int(rows[-1] + 1) * f, dims[a1])
+        q0, q1 = int(cols[0]) * f, min(int(cols[-1] + 1) * f, dims[a2])
+        sub = meet[(y0[meet] < r1) & (y1[meet] > r0) & (z0[meet] < q1) & (z1[meet] > q0)]
+        fg = grid2(
+            np.clip(y0[sub], r0, r1) - r0,
+            np.clip(y1[sub], r0, r1) - r0,
+            np.clip(z0[sub], q0, q1) - q0,
+            np.clip(z1[sub], q0, q1) - q0,
+            w[sub],
+            (r1 - r0, q1 - q0),
+        )
+        flat = int(np.argmax(fg))
+        i, j = divmod(flat, q1 - q0)
+        return float(fg[i, j]), r0 + i, q0 + j
+
+    def lower(c0: int, c1: int, p1: int, p2: int) -> tuple[float, int]:
+        """Exact best weight along the slab at (p1, p2): a valid point."""
+        inside = np.flatnonzero((y0 <= p1) & (p1 < y1) & (z0 <= p2) & (p2 < z1))
+        a = np.clip(x0[inside], c0, c1) - c0
+        b = np.clip(x1[inside], c0, c1) - c0
+        m = c1 - c0 + 1
+        depth = np.cumsum(np.bincount(a, w[inside], m) - np.bincount(b, w[inside], m))[:-1]
+        x = int(np.argmax(depth))
+        return float(depth[x]), c0 + x
+
+    counter = itertools.count()
+    best, best_cell = -1.0, [0, 0, 0]
+    heap: list[tuple[float, int, int, int]] = [(-math.inf, next(counter), 0, dims[ax])]
+    exact = True
+    top = math.inf
+    while heap:
+        neg, _, c0, c1 = heap[0]
+        top = -neg
+        if top <= best + eps:
+            break
+        if time.monotonic() > deadline:
+            exact = False
+            break
+        heapq.heappop(heap)
+        mid = (c0 + c1) // 2 if c1 - c0 > 1 else c1
+        for s0, s1 in ((c0, mid), (mid, c1)):
+            if s0 >= s1:
+                continue
+            ub, p1, p2 = bound(s0, s1, best)
+            if ub <= best + eps:
+                continue
+            val, x = lower(s0, s1, p1, p2)
+            if val > best:
+                best = val
+                best_cell[ax], best_cell[a1], best_cell[a2] = x, p1, p2
+            if s1 - s0 > 1 and ub > best + eps:
+                heapq.heappush(heap, (-ub, next(counter), s0, s1))
+    if not heap:
+        top = best
+    point = [int(coords[d][best_cell[d]]) for d in range(k)]
+    return best, max(top, best), point, exact
+
+
 def _box_max(
     lo: np.ndarray,
     hi: np.ndarray,
@@ -419,6 +544,7 @@ class _Component:
         self.pair_q = pair_q
         self.pair_a = pair_a
         self._attrs: list[_Attr] | None = None
+        self._intervals: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
         self.memo: dict[tuple[bytes, tuple[int, ...]], tuple[float, dict[int, int]]] = {}
 
@@ -472,15 +598,18 @@ class _Component:
         hi = np.empty((len(qs), k), np.int64)
         sizes = [self.schema.attributes[self.attr_ids[ai]].size for ai in attrs]
         hi[:] = sizes
-        row = {int(q): r for r, q in enumerate(qs)}
+        row = np.full(len(self.w), -1, np.int64)
+        row[qs] = np.arange(len(qs))
         for d, ai in enumerate(attrs):
-            covs = self.covs[ai]
-            for q, c in zip(self.cons[ai], self.cid[ai], strict=True):
-                cov = covs[int(c)]
-                r = row.get(int(q))
-                if r is not None:
-                    lo[r, d], hi[r, d] = cov[0]
-        best, ub, point, exact = _box_max(lo, hi, self.w[qs], sizes, self.deadline, self.eps)
+            _, starts, ends = self.intervals(ai)  # one interval per coverage
+            r = row[self.cons[ai]]
+            m = r >= 0
+            lo[r[m], d] = starts[self.cid[ai][m]]
+            hi[r[m], d] = ends[self.cid[ai][m]]
+        got = _box_max_slabs(lo, hi, self.w[qs], sizes, self.deadline, self.eps)
+        if got is None:
+            got = _box_max(lo, hi, self.w[qs], sizes, self.deadline, self.eps)
+        best, ub, point, exact = got
         return best, ub, {ai: point[d] for d, ai in enumerate(attrs)}, exact
 
     def solve(self, alive: np.ndarray, undecided: np.ndarray) -> tuple[float, dict[int, int]]:
@@ -716,7 +845,7 @@ class _Component:
             n = len(at.cover)
             cov = at.cover[:, sel[rep_]]  # atoms x groups
             n_in = cov.sum(axis=0)
-            use_in = n_in <= n - n_in
+            use_in = (n_in <= n - n_in) | (not _COMPLEMENT)
             zsel = np.where(use_in[None, :], cov, ~cov)
             za, zg = np.nonzero(zsel)
             rows.append(row0 + grp)
@@ -732,8 +861,8 @@ class _Component:
             (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
             shape=(r, nvar),
         )
-        integrality = np.r_[np.ones(nz), np.zeros(nvar - nz)]
-        options: dict[str, float | bool] = {"mip_rel_gap": 0.0, "disp": False}
+        integrality = np.r_[np.ones(nz), np.full(nvar - nz, _Y_INTEGRAL)]
+        options: dict[str, float | bool] = {"mip_rel_gap": 0.0, "disp": _DISP}
         if time_limit is not None:
             options["time_limit"] = max(time_limit, 0.01)
         res = milp(
@@ -757,12 +886,25 @@ class _Component:
             atoms = {ai: int(np.argmax(core.unary[ai])) for ai in core_attrs}
         return upper, atoms, res.status == 0
 
+    def intervals(self, ai: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct coverages of attribute ``ai`` as flat arrays (owner, start, end)."""
+        hit = self._intervals.get(ai)
+        if hit is None:
+            covs = self.covs[ai]
+            owner = np.repeat(np.arange(len(covs)), [len(c) for c in covs])
+            flat = [iv for c in covs for iv in c]
+            arr = np.asarray(flat, np.int64).reshape(-1, 2)
+            hit = self._intervals[ai] = (owner, arr[:, 0], arr[:, 1])
+        return hit
+
     def covered(self, assign: Mapping[int, int]) -> np.ndarray:
         """Local queries that cover the point (attribute position -> value position)."""
         ok = np.ones(len(self.w), bool)
         for ai in range(len(self.attr_ids)):
             p = assign.get(ai, 0)
-            inside = np.array([any(s <= p < e for s, e in cov) for cov in self.covs[ai]])
+            owner, starts, ends = self.intervals(ai)
+            inside = np.zeros(len(self.covs[ai]), bool)
+            inside[owner[(starts <= p) & (p < ends)]] = True
             hit = inside[self.cid[ai]] if len(self.cid[ai]) else np.zeros(0, bool)
             ok[self.cons[ai][~hit]] = False
         return ok
