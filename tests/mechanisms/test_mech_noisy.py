@@ -140,3 +140,8 @@ def test_noisy_sum_sensitivity_is_the_largest_absolute_bound():
 def test_bad_costs_and_values_are_refused(call):
     with pytest.raises(InvalidParameter):
         call()
+
+
+def test_gdp_beyond_the_effective_mu_range_is_refused_clearly():
+    with pytest.raises(InvalidParameter, match="zCDP"):
+        noise_for_cost(GDP(0.001), 1000)

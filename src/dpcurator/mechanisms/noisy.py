@@ -116,16 +116,23 @@ def gaussian_sigma_for_gdp(mu: float, sensitivity: int = 1) -> Fraction:
     effective_gdp_mu is decreasing in sigma and at least 1/sigma, so the answer lies
     above sensitivity / mu; it is found by doubling, then bisection over the grid.
     """
-    from dpcurator.privacy.discrete_gaussian import effective_gdp_mu
+    from dpcurator.privacy.discrete_gaussian import MAX_SIGMA, effective_gdp_mu
 
     def ok(n: int) -> bool:
         return sensitivity * effective_gdp_mu(n / (1 << k)) <= mu
 
     base = Fraction(sensitivity) / Fraction(mu)
+    if base >= MAX_SIGMA:
+        raise InvalidParameter(
+            f"a GDP cost mu={mu} at sensitivity {sensitivity} needs a discrete Gaussian with "
+            f"sigma > {MAX_SIGMA:g}, beyond effective_gdp_mu's range; charge it in zCDP instead"
+        )
     k = _grid_exponent(base, _SIGMA_BITS)
     lo = math.floor(base * (1 << k))  # sigma = lo / 2^k <= base: never enough (or exactly 1/sigma)
     lo = max(lo, 1)
-    step = max(1, lo // 64)
+    # effective mu exceeds 1/sigma by about 0.04/sigma^3 (1% at sigma = 2, 4e-8 at 1000):
+    # start just above 1/mu and double, so that large sigmas need only a few evaluations
+    step = max(1, lo >> 18)
     hi = lo + step
     while not ok(hi):
         lo, step = hi, step * 2
