@@ -161,11 +161,14 @@ class _TableIndex:
             mask &= (self.lo[:n, j] < p.coverage[-1][1]) & (self.hi[:n, j] > p.coverage[0][0])
         return mask
 
-    def bound(self, query: Query) -> Fraction:
+    def bound(self, query: Query, *, refine: bool = False) -> Fraction:
         """An upper bound on max_{x in C_query} L(x): the largest level among the charges
-        whose hulls meet the query (see the module docstring)."""
+        whose hulls meet the query (see the module docstring); with ``refine``, among the
+        charges that really overlap it (a Python pass over the hull candidates)."""
         if query.is_empty or not self.charges:
             return Fraction(0)
+        if refine:
+            return max((c.level for c in self.overlapping(query)), default=Fraction(0))
         levels = self.level[: len(self.charges)][self._hull_mask(query)]
         return Fraction(float(levels.max())) if levels.size else Fraction(0)
 
@@ -286,6 +289,8 @@ class OverlapFilter:
         """
         here, there = self.quick_local(table, query), self.quick_elsewhere(table)
         if here + there + cost > self.budget:
+            here = self.quick_local(table, query, refine=True)
+        if here + there + cost > self.budget:
             here, there = self.local(table, query), self.elsewhere(table)
             if here + there + cost > self.budget:
                 return Decision(False, here + there, self.budget, here + cost, "budget")
@@ -301,10 +306,10 @@ class OverlapFilter:
 
     # --- fast upper bounds --------------------------------------------------------------
 
-    def quick_local(self, table: str, query: Query) -> Fraction:
+    def quick_local(self, table: str, query: Query, *, refine: bool = False) -> Fraction:
         """An upper bound on :meth:`local` (for every analyst too): the largest level."""
         index = self._tables.get(table)
-        return index.bound(query) if index else Fraction(0)
+        return index.bound(query, refine=refine) if index else Fraction(0)
 
     def quick_elsewhere(self, table: str) -> Fraction:
         """An upper bound on :meth:`elsewhere`: each other table's largest level."""
