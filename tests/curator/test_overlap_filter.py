@@ -52,7 +52,7 @@ costs = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     st.lists(st.tuples(queries(), costs), min_size=1, max_size=25),
     st.sampled_from([Fraction(1), Fraction(3, 2), Fraction(5, 2)]),
