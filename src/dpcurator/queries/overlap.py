@@ -36,14 +36,14 @@ import itertools
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from dpcurator.queries.predicates import IntervalSet, Query
+from dpcurator.queries.predicates import IntervalSet, Query, intersect
 
 __all__ = ["ColouringResult", "OverlapResult", "colouring_bound", "max_overlap"]
 
@@ -56,6 +56,8 @@ _SPLIT = 32
 _BNB_SHARE, _BNB_CAP = 0.25, 15.0
 #: Variable elimination of pendant attributes before search (tests switch it off).
 _ELIMINATE = True
+#: Cores whose atom combinations times queries stay below this are enumerated.
+_BRUTE_WORK = 4_000_000
 _Y_INTEGRAL = 1.0
 _DISP = False
 _COMPLEMENT = True
@@ -128,6 +130,16 @@ def _atoms(
     coverage ``covs[cid[k]]``: atoms and dominance are computed on the (few) distinct
     coverages and expanded to the queries at the end.
     """
+    if covs and all(len(c) == 1 for c in covs):
+        iv = np.asarray([c[0] for c in covs], np.int64)
+        breaks = np.unique(np.concatenate([iv.ravel(), [0, size]]))
+        seg = breaks[:-1]
+        member = (iv[:, :1] <= seg[None, :]) & (seg[None, :] < iv[:, 1:])
+        first = np.arange(len(seg))
+        cover = member.T.copy()
+        _dominance(cover_ref := [cover], first_ref := [first])
+        cover = cover_ref[0] if cid is None else cover_ref[0][:, cid]
+        return _Attr(j, size, qidx, cover, breaks[first_ref[0]])
     ends = [size, 0]
     rows, starts, stops = [], [], []
     for r, cov in enumerate(covs):
@@ -139,12 +151,17 @@ def _atoms(
             stops.append(e)
     breaks = np.unique(np.asarray(ends, dtype=np.int64))
     nseg = len(breaks) - 1
-    diff = np.zeros((len(covs), nseg + 1), dtype=np.int32)
+    width = nseg + 1
     if rows:
-        r = np.asarray(rows)
-        np.add.at(diff, (r, np.searchsorted(breaks, starts)), 1)
-        np.add.at(diff, (r, np.searchsorted(breaks, stops)), -1)
-    member = np.cumsum(diff, axis=1)[:, :nseg] > 0  # (queries, segments)
+        r = np.asarray(rows, np.int64) * width
+        cells = len(covs) * width
+        diff = np.bincount(r + np.searchsorted(breaks, starts), minlength=cells) - np.bincount(
+            r + np.searchsorted(breaks, stops), minlength=cells
+        )
+        diff = diff.reshape(len(covs), width)
+    else:
+        diff = np.zeros((len(covs), width), np.int64)
+    member = np.cumsum(diff, axis=1)[:, :nseg] > 0  # (coverages, segments)
     packed = np.packbits(member, axis=0).T.copy()  # one row of bytes per segment
     keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel() if packed.size else None
     if keys is None:
@@ -163,6 +180,10 @@ def _subsets(rows: np.ndarray) -> np.ndarray:
     Bit-packed, without BLAS (a threaded matrix product is erratic on a busy machine).
     """
     n, m = rows.shape
+    if n * n * m <= 1 << 20:
+        sub = ~(rows[:, None, :] & ~rows[None, :, :]).any(axis=2)
+        np.fill_diagonal(sub, False)
+        return sub
     words = -(-m // 64)
     packed = np.zeros((n, words * 8), np.uint8)
     packed[:, : -(-m // 8)] = np.packbits(rows, axis=1)
@@ -197,7 +218,7 @@ def _dominance(cover_ref: list[np.ndarray], first_ref: list[np.ndarray]) -> None
 
 def _families(
     qkeys: Sequence[tuple[int, ...]],
-    cid_of: Sequence[np.ndarray],
+    cid_of: Callable[[int, np.ndarray], np.ndarray],
     covs: Sequence[Sequence[IntervalSet]],
     lines: Sequence[int | None],
 ) -> np.ndarray:
@@ -208,8 +229,8 @@ def _families(
     overlap iff they are equal. Found by hashing coverage ids, in near-linear time,
     without the pairwise graph. Everything else is a group of its own.
 
-    ``qkeys[k]``: the (component) attributes query k constrains; ``cid_of[ai]``: per
-    query, its coverage id on attribute ``ai`` (-1 if unconstrained); ``covs[ai]``:
+    ``qkeys[k]``: the (component) attributes query k constrains; ``cid_of(ai, members)``:
+    the coverage ids of those queries on attribute ``ai``; ``covs[ai]``:
     the distinct coverages.
     """
     n = len(qkeys)
@@ -227,7 +248,7 @@ def _families(
         nonlocal next_id
         cells = np.empty((len(members), len(attrs)), np.int64)
         for d, ai in enumerate(attrs):
-            col = cid_of[ai][members]
+            col = cid_of(ai, members)
             if not disjoint_ids(ai, np.unique(col)):
                 return False
             cells[:, d] = col
@@ -571,11 +592,12 @@ class _Component:
 
     def groups(self) -> tuple[np.ndarray, np.ndarray]:
         if self._groups is None:
-            cid_of = []
-            for ai in range(len(self.attr_ids)):
-                col = np.full(len(self.w), -1, np.int64)
-                col[self.cons[ai]] = self.cid[ai]
-                cid_of.append(col)
+            cons, cid = self.cons, self.cid
+
+            def cid_of(ai: int, members: np.ndarray) -> np.ndarray:
+                # cons[ai] is sorted, and every member constrains ai
+                return cid[ai][np.searchsorted(cons[ai], members)]
+
             lines = [self.queries[int(qi)].line for qi in self.local]
             gid = _families(self.qkeys, cid_of, self.covs, lines)
             order = np.argsort(gid, kind="stable")
@@ -770,6 +792,34 @@ class _Component:
         for ai in np.flatnonzero(~done):
             core_q[list(qs_of[ai])] = True
         return _Core(np.flatnonzero(~done), unary, core_q, steps, const)
+
+    def brute_core(self, core: _Core) -> tuple[float, dict[int, int]] | None:
+        """Exact optimum of a small core by evaluating every combination of its atoms
+        (vectorised; the core's atoms, never the domain), or None if it is too large."""
+        attrs = [int(a) for a in core.attrs]
+        sizes = [len(self.attrs[a].cover) for a in attrs]
+        qlist = np.flatnonzero(core.queries)
+        cells = math.prod(sizes)
+        if cells * (len(qlist) + len(attrs)) > _BRUTE_WORK:
+            return None
+        pos = {a: d for d, a in enumerate(attrs)}
+        total = np.zeros(sizes)
+        for d, ai in enumerate(attrs):
+            shape = [1] * len(attrs)
+            shape[d] = sizes[d]
+            total += core.unary[ai].reshape(shape)
+        for q in qlist.tolist():
+            term: np.ndarray | bool = True
+            for ai in self.qkeys[q]:
+                at = self.attrs[ai]
+                col = at.cover[:, int(np.searchsorted(at.qidx, q))]
+                shape = [1] * len(attrs)
+                shape[pos[ai]] = sizes[pos[ai]]
+                term = term & col.reshape(shape)
+            total += self.w[q] * np.broadcast_to(term, total.shape)
+        flat = int(np.argmax(total))
+        cell = np.unravel_index(flat, total.shape)
+        return float(total.flat[flat]), {a: int(c) for a, c in zip(attrs, cell, strict=True)}
 
     def no_elimination(self) -> _Core:
         """The core without elimination: every attribute, unary potentials from the
@@ -969,12 +1019,16 @@ def max_overlap(
     dj = np.empty(len(distinct), np.int64)
     dc = np.empty(len(distinct), np.int64)
     dempty = np.empty(len(distinct), bool)
+    dstart = np.full(len(distinct), -1, np.int64)  # single-interval coverages
+    dend = np.full(len(distinct), -1, np.int64)
     for k, p in enumerate(distinct):
         j = index[p.attribute.name]
         table = interned[j]
         dj[k] = j
         dc[k] = table.setdefault(p.coverage, len(table))
         dempty[k] = not p.coverage
+        if len(p.coverage) == 1:
+            dstart[k], dend[k] = p.coverage[0]
     pq = np.repeat(np.arange(len(qs)), lens)
     pa, pc = dj[codes], dc[codes]
     has_pred = lens > 0
@@ -987,6 +1041,37 @@ def max_overlap(
     keep = constrained[pq]
     pq_a, pa_a, pc_a = pq[keep], pa[keep], pc[keep]
     nq, na = len(qs), len(schema)
+    # An attribute on which all the constraints share a value is fixed there: every
+    # query constraining it is then satisfied on it, and its predicates are dropped.
+    point = [0] * len(schema)
+    if len(pa_a):
+        ps, pe = dstart[codes][keep], dend[codes][keep]
+        by = np.argsort(pa_a, kind="stable")
+        js, first = np.unique(pa_a[by], return_index=True)
+        multi = np.minimum.reduceat(ps[by], first) < 0
+        hi_start = np.maximum.reduceat(ps[by], first)
+        lo_end = np.minimum.reduceat(pe[by], first)
+        free = np.zeros(na, bool)
+        ok = ~multi & (hi_start < lo_end)
+        free[js[ok]] = True
+        for j, s0 in zip(js[ok].tolist(), hi_start[ok].tolist(), strict=True):
+            point[j] = s0
+        bnd = np.r_[first, len(by)]
+        for t in np.flatnonzero(multi).tolist():
+            j = int(js[t])
+            inter: IntervalSet = ((0, schema.attributes[j].size),)
+            for c in np.unique(pc_a[by[bnd[t] : bnd[t + 1]]]).tolist():
+                inter = intersect(inter, covs[j][c])
+            if inter:
+                free[j] = True
+                point[j] = inter[0][0]
+        if free.any():
+            drop = free[pa_a]
+            pq_a, pa_a, pc_a = pq_a[~drop], pa_a[~drop], pc_a[~drop]
+            still = np.zeros(nq, bool)
+            still[pq_a] = True
+            total += float(w[constrained & ~still].sum())
+            constrained &= still
     graph = sparse.coo_matrix((np.ones(len(pq_a)), (pq_a, nq + pa_a)), shape=(nq + na, nq + na))
     _, labels = connected_components(graph, directed=False)
     cidx = np.flatnonzero(constrained)
@@ -1002,7 +1087,6 @@ def max_overlap(
     pred_order = np.argsort(pred_lab, kind="stable")
     lab_sorted = pred_lab[pred_order]
 
-    point = [0] * len(schema)
     lower = upper = total
     exact = True
     methods: set[str] = set()
@@ -1011,6 +1095,15 @@ def max_overlap(
     for root, members in comp_q.items():
         lo_, hi_ = np.searchsorted(lab_sorted, [root, root + 1])
         sel = pred_order[lo_:hi_]
+        if len(members) == 1:  # one query: any point of it
+            qi = members[0]
+            upper += float(w[qi])
+            lower += float(w[qi])
+            covered[qi] = True
+            for j, c in zip(pa_a[sel].tolist(), pc_a[sel].tolist(), strict=True):
+                point[j] = covs[j][c][0][0]
+            methods.add("components")
+            continue
         comp = _Component(
             qs,
             w,
@@ -1034,10 +1127,11 @@ def max_overlap(
                 point[comp.attr_ids[ai]] = p
             continue
         core = comp.eliminate() if _ELIMINATE else comp.no_elimination()
-        if not len(core.attrs):  # a forest: variable elimination is exact
-            methods.add("elimination")
-            assign = comp.back_substitute(core, {})
-            upper += core.const
+        small = comp.brute_core(core) if len(core.attrs) else (0.0, {})
+        if small is not None:  # a forest (elimination is exact), or a small core
+            methods.add("elimination" if not len(core.attrs) else "small core")
+            assign = comp.back_substitute(core, small[1])
+            upper += core.const + small[0]
             cov = comp.covered(assign)
             covered[comp.local[cov]] = True
             lower += float(w[comp.local[cov]].sum())
