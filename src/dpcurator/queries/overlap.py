@@ -56,6 +56,8 @@ _SPLIT = 32
 _BNB_SHARE, _BNB_CAP = 0.25, 15.0
 #: Variable elimination of pendant attributes before search (tests switch it off).
 _ELIMINATE = True
+#: Box components with at most this many queries go through elimination instead.
+_BOX_MIN = 48
 #: Cores whose atom combinations times queries stay below this are enumerated.
 _BRUTE_WORK = 4_000_000
 _Y_INTEGRAL = 1.0
@@ -1116,7 +1118,7 @@ def max_overlap(
         )
         alive = np.ones(len(members), bool)
         und = np.ones(len(comp.attr_ids), bool)
-        if len(comp.attr_ids) <= 3 and comp.single:
+        if len(comp.attr_ids) <= 3 and comp.single and len(members) > _BOX_MIN:
             _, up, assign, ok = comp.solve_boxes(alive, list(range(len(comp.attr_ids))))
             methods.add("boxes")
             exact = exact and ok
