@@ -1,0 +1,36 @@
+"""Planning a batch release: maximum overlap, allocation, final guarantee (DESIGN.md §8).
+
+Pure mathematics: no I/O, no randomness, no data. :func:`make_plan` decides every cost
+before the data is touched; :meth:`dpcurator.curator.Curator.release` then charges,
+counts and adds the noise. :func:`consistent` is free post-processing.
+"""
+
+from dpcurator.planner.allocation import (
+    ALLOCATIONS,
+    Allocation,
+    allocate,
+    groups_of,
+    optimal,
+    sequential,
+    uniform,
+)
+from dpcurator.planner.budget import PlanBudget, round_down
+from dpcurator.planner.consistency import consistent
+from dpcurator.planner.plan import FinalGuarantee, Plan, laplace_alternative, make_plan
+
+__all__ = [
+    "ALLOCATIONS",
+    "Allocation",
+    "FinalGuarantee",
+    "Plan",
+    "PlanBudget",
+    "allocate",
+    "consistent",
+    "groups_of",
+    "laplace_alternative",
+    "make_plan",
+    "optimal",
+    "round_down",
+    "sequential",
+    "uniform",
+]

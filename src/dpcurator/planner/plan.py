@@ -1,0 +1,368 @@
+"""A release plan: costs, noise, expected errors and the final guarantee (DESIGN.md §8).
+
+Pure: queries and a budget in, numbers out. The release itself (charging, counting,
+noise) is :meth:`dpcurator.curator.Curator.release`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpcurator.errors import InvalidParameter
+from dpcurator.planner.allocation import ALLOCATIONS, Allocation, allocate
+from dpcurator.planner.budget import PlanBudget
+from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
+from dpcurator.privacy.filters import exact
+from dpcurator.queries import Query, max_overlap
+
+
+@dataclass(frozen=True)
+class FinalGuarantee:
+    """The privacy of the whole release, with all parameters fixed in advance.
+
+    ``epsilon``/``delta`` (pure or approximate DP), ``rho`` (zCDP) or ``mu`` (GDP) as the
+    budget's kind; ``worst_point`` is a point whose queries' costs add up to the most
+    (``worst_queries`` of them); ``theorem`` names what proves it.
+    """
+
+    kind: str  # "pure", "approx", "zcdp", "gdp"
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    mu: float | None
+    theorem: str
+    worst_point: dict[str, Any]
+    worst_queries: int
+    certified: bool  # the worst point's total came from the exact overlap solver
+    within_budget: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "kind": self.kind,
+            "theorem": self.theorem,
+            "worst_point": self.worst_point,
+            "worst_point_queries": self.worst_queries,
+            "certified": self.certified,
+            "within_budget": self.within_budget,
+        }
+        for k in ("epsilon", "delta", "rho", "mu"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    def describe(self) -> str:
+        if self.kind == "pure":
+            return f"{self.epsilon:.6g}-DP"
+        if self.kind == "approx":
+            return f"({self.epsilon:.6g}, {self.delta:g})-DP"
+        if self.kind == "zcdp":
+            return f"{self.rho:.6g}-zCDP"
+        return f"{self.mu:.6g}-GDP"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided before the data is touched."""
+
+    queries: tuple[Query, ...]
+    weights: tuple[float, ...]
+    budget: PlanBudget
+    allocation: Allocation
+    values: tuple[float, ...]  # per-query cost in the budget's currency (mu, not mu^2)
+    noises: tuple[Any, ...]  # the exact noise each answer gets
+    gamma: float  # unweighted maximum overlap
+    gamma_exact: bool
+    gamma_witness: dict[str, Any]
+    expected_abs: dict[str, float]  # total expected |noise| per allocation
+    expected_sq: dict[str, float]  # total variance per allocation
+    guarantee: FinalGuarantee
+    alternative: dict[str, Any] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def utility_gain(self) -> float:
+        """U = 1 - E_plan / E_sequential (seed 002), E = expected total |noise|."""
+        seq = self.expected_abs["sequential"]
+        return 1.0 - self.expected_abs[self.allocation.name] / seq if seq > 0 else 0.0
+
+    def additive_costs(self) -> np.ndarray:
+        return np.array([self.budget.additive(v) for v in self.values])
+
+
+def _values(budget: PlanBudget, costs: np.ndarray) -> tuple[float, ...]:
+    return tuple(budget.value(float(c)) for c in costs)
+
+
+def _noises(budget: PlanBudget, values: Sequence[float]) -> tuple[Any, ...]:
+    cache: dict[float, Any] = {}
+    return tuple(
+        cache.setdefault(v, budget.noise(v)) if v not in cache else cache[v] for v in values
+    )
+
+
+def _totals(noises: Sequence[Any]) -> tuple[float, float]:
+    abs_cache: dict[int, tuple[float, float]] = {}
+    ea = ev = 0.0
+    for n in noises:
+        k = id(n)
+        if k not in abs_cache:
+            abs_cache[k] = (n.expected_abs(), n.variance())
+        a, v = abs_cache[k]
+        ea += a
+        ev += v
+    return ea, ev
+
+
+def _guarantee(
+    queries: Sequence[Query],
+    budget: PlanBudget,
+    values: Sequence[float],
+    noises: Sequence[Any],
+    time_limit: float | None,
+) -> FinalGuarantee:
+    """The tightest rigorous statement for the release, over the worst point's queries."""
+    additive = [budget.additive(v) for v in values]
+    res = max_overlap(queries, weights=additive, time_limit=time_limit)
+    idx = list(res.witness_queries)
+    # the worst point's total, exactly (the curator charges the decimals' exact values)
+    exact_sum = sum(
+        (exact(values[i]) ** 2 if budget.currency == "mu" else exact(values[i]) for i in idx),
+        Fraction(0),
+    )
+    total = float(res.value if res.exact else res.upper_bound)
+    total = max(total, float(exact_sum))
+    within = total <= budget.amount
+    point = dict(res.witness)
+    cert = bool(res.exact)
+    g = budget.guarantee
+    parallel = (
+        "parallel composition over the maximum overlap (Smith et al. 2022, Thm 5 and the "
+        "maximum weighted overlap): only the queries covering one point compose"
+    )
+    if isinstance(g, PureDP):
+        return FinalGuarantee(
+            "pure",
+            total,
+            0.0,
+            None,
+            None,
+            f"{parallel}; basic composition of pure DP at the worst point, eps = sum eps_q "
+            "(Dwork & Roth 2014, Thm 3.16); discrete Laplace is (1/scale)-DP",
+            point,
+            len(idx),
+            cert,
+            within,
+        )
+    if isinstance(g, ZCDP):
+        return FinalGuarantee(
+            "zcdp",
+            None,
+            None,
+            total,
+            None,
+            f"{parallel}; zCDP composition at the worst point, rho = sum rho_q (Bun & Steinke "
+            "2016, Lemma 1.7); discrete Gaussian is 1/(2 sigma^2)-zCDP (Canonne, Kamath & Steinke 2020)",
+            point,
+            len(idx),
+            cert,
+            within,
+        )
+    if isinstance(g, GDP):
+        mu = math.sqrt(total)
+        return FinalGuarantee(
+            "gdp",
+            None,
+            None,
+            None,
+            mu,
+            f"{parallel}; Gaussian DP composition at the worst point, mu = sqrt(sum mu_q^2) "
+            "(Dong, Roth & Su 2022, Cor. 3.3), each discrete Gaussian's effective mu <= mu_q",
+            point,
+            len(idx),
+            cert,
+            within and mu <= g.mu,
+        )
+    assert isinstance(g, ApproxDP)
+    return _approx_guarantee(queries, budget, values, noises, res, total, cert, time_limit)
+
+
+def _approx_guarantee(queries, budget, values, noises, res, rho_total, cert, time_limit):
+    """(eps, delta) target planned in zCDP: the tightest of zCDP, GDP and PLD accounting."""
+    from dpcurator.privacy.composition import compose
+    from dpcurator.privacy.discrete_gaussian import effective_gdp_mu
+    from dpcurator.privacy.events import DiscreteGaussian
+    from dpcurator.privacy.zcdp import zcdp_epsilon
+
+    g = budget.guarantee
+    delta = g.delta
+    candidates = [
+        (
+            zcdp_epsilon(rho_total, delta),
+            f"zCDP: rho = {rho_total:.6g} at the worst point (Bun & Steinke 2016, Lemma 1.7), "
+            "converted by the tighter of Bun & Steinke Prop. 1.3 and Canonne, Kamath & Steinke "
+            "2020, Cor. 13",
+        )
+    ]
+    sigmas = sorted({float(n.sigma) for n in noises})
+    if len(sigmas) == 1:
+        # identical mechanisms: the composition of the worst point's queries is the worst
+        # over every point (adding a mechanism never helps), so the tight theorems apply
+        k = len(res.witness_queries)
+        c = compose([DiscreteGaussian(sigmas[0], k)], delta=delta, methods=["pld", "gdp", "zcdp"])
+        best = c.best
+        if best is not None:
+            candidates.append(
+                (
+                    best.epsilon,
+                    f"{best.method}: {best.theorem} over the {k} queries of the worst point",
+                )
+            )
+    else:
+        # heterogeneous: GDP is additive in mu^2, so its own worst point is found exactly
+        mus = {s: effective_gdp_mu(s) for s in sigmas}
+        w = [mus[float(n.sigma)] ** 2 for n in noises]
+        r2 = max_overlap(queries, weights=w, time_limit=time_limit)
+        mu = math.sqrt(float(r2.value if r2.exact else r2.upper_bound))
+        c = compose([GDP(mu)], delta=delta, methods=["gdp"])
+        if c.best is not None:
+            candidates.append(
+                (
+                    c.best.epsilon,
+                    f"gdp: mu = {mu:.6g} at its worst point (effective mu of each discrete Gaussian; Dong, Roth & Su 2022, Cor. 3.3 and 2.13)",
+                )
+            )
+    eps, how = min(candidates, key=lambda t: t[0])
+    parallel = "parallel composition over the maximum overlap (Smith et al. 2022)"
+    return FinalGuarantee(
+        "approx",
+        eps,
+        delta,
+        rho_total,
+        None,
+        f"{parallel}; {how}",
+        dict(res.witness),
+        len(res.witness_queries),
+        cert,
+        eps <= g.epsilon * (1 + 1e-12),
+    )
+
+
+def laplace_alternative(t: int, gamma: int, epsilon: float, delta: float) -> dict[str, Any]:
+    """Uniform discrete Laplace under an (eps, delta) target: per-query eps' such that the
+    exact optimal composition (Kairouz, Oh & Viswanath 2017, Thm 3.3) of the gamma queries
+    of the worst point meets (eps, delta). Not expressible in an additive ledger."""
+    from dpcurator.planner.budget import round_down
+    from dpcurator.privacy.optimal import optimal_epsilon
+
+    def ok(e: float) -> bool:
+        r = optimal_epsilon(e, 0.0, gamma, delta)
+        return r is not None and r <= epsilon
+
+    lo, hi = epsilon / gamma, epsilon
+    if ok(hi):
+        lo = hi
+    else:
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+    eps_q = round_down(lo)
+    noise = PlanBudget.of(PureDP(1.0)).noise(eps_q)
+    return {
+        "noise": "discrete_laplace",
+        "epsilon_per_query": eps_q,
+        "scale": float(noise.scale),
+        "expected_abs_noise": noise.expected_abs() * t,
+        "theorem": f"exact optimal composition of {gamma} (eps', 0)-DP mechanisms at the worst "
+        "point (Kairouz, Oh & Viswanath 2017, Thm 3.3)",
+    }
+
+
+def make_plan(
+    queries: Sequence[Query],
+    weights: Sequence[float] | None,
+    guarantee: PureDP | ApproxDP | ZCDP | GDP,
+    allocation: str = "optimal",
+    *,
+    available: float | None = None,
+    time_limit: float = 30.0,
+) -> Plan:
+    """Plan a release of ``queries`` under ``guarantee``.
+
+    ``available`` (additive, same currency) caps the budget, for a ledger that has
+    already spent some: a plan within what is left at the worst point of the domain is
+    admitted by the curator's filter everywhere.
+    """
+    if allocation not in ALLOCATIONS:
+        raise InvalidParameter(
+            f"unknown allocation {allocation!r}; choose one of {', '.join(ALLOCATIONS)}"
+        )
+    qs = tuple(queries)
+    if not qs:
+        raise InvalidParameter("the workload has no queries")
+    w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(qs)))
+    if len(w) != len(qs) or not all(x > 0 and math.isfinite(x) for x in w):
+        raise InvalidParameter("weights must be one positive number per query")
+    budget = PlanBudget.of(guarantee)
+    notes: list[str] = []
+    if available is not None and available < budget.amount:
+        if not available > 0:
+            raise InvalidParameter("the ledger has no budget left")
+        notes.append(
+            f"the ledger had spent some budget: planned with what is left at the worst point "
+            f"({available:.6g} of {budget.amount:.6g} {budget.currency if budget.currency != 'mu' else 'mu^2'})"
+        )
+        budget = budget.with_amount(available)
+    g0 = max_overlap(qs, time_limit=time_limit)
+    allocs: dict[str, Allocation] = {}
+    allocs["sequential"] = allocate("sequential", qs, w, budget)
+    allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
+    if allocation == "optimal":
+        from dpcurator.planner.allocation import optimal
+
+        allocs["optimal"] = optimal(qs, w, budget, time_limit=time_limit, start=allocs["uniform"])
+        notes.extend(allocs["optimal"].notes)
+    expected_abs: dict[str, float] = {}
+    expected_sq: dict[str, float] = {}
+    chosen_values = chosen_noises = None
+    for name, a in allocs.items():
+        vals = _values(budget, a.costs)
+        ns = _noises(budget, vals)
+        expected_abs[name], expected_sq[name] = _totals(ns)
+        if name == allocation:
+            chosen_values, chosen_noises = vals, ns
+    assert chosen_values is not None and chosen_noises is not None
+    fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
+    if not fin.within_budget:  # never: costs are scaled to (1 - 1e-9) and rounded down
+        raise InvalidParameter(f"internal error: the plan exceeds its budget ({fin.describe()})")
+    alt = None
+    g = budget.guarantee
+    if isinstance(g, ApproxDP) and len(set(w)) == 1:
+        alt = laplace_alternative(
+            len(qs), math.ceil(g0.value if g0.exact else g0.upper_bound), g.epsilon, g.delta
+        )
+    return Plan(
+        qs,
+        w,
+        budget,
+        allocs[allocation],
+        chosen_values,
+        chosen_noises,
+        float(g0.value if g0.exact else g0.upper_bound),
+        bool(g0.exact),
+        dict(g0.witness),
+        expected_abs,
+        expected_sq,
+        fin,
+        alt,
+        tuple(notes),
+    )
