@@ -737,17 +737,16 @@ class _Component:
         na = len(attrs)
         nq = len(self.w)
         keys = self.qkeys
-        multi = np.array([len(k) >= 2 for k in keys], bool)
+        multi = np.bincount(self.pair_q, minlength=nq) >= 2
         unary = []
-        cols: list[dict[int, int]] = []
         qs_of: list[set[int]] = []
         for at in attrs:
-            col = {int(q): c for c, q in enumerate(at.qidx.tolist())}
-            cols.append(col)
             m = ~multi[at.qidx]
             wq = np.where(m, self.w[at.qidx], 0.0)
             unary.append(np.where(at.cover, wq[None, :], 0.0).sum(axis=1))
-            qs_of.append({int(q) for q in at.qidx[~m].tolist()})
+            qs_of.append(set(at.qidx[~m].tolist()) if fold else set())
+        if fold and not any(len({a for q in qs for a in keys[q]}) <= 2 for qs in qs_of):
+            fold = False  # nothing to eliminate (for instance all 3-way marginals)
         steps: list[tuple[int, int, np.ndarray | int]] = []
         const = 0.0
         done = np.zeros(na, bool)
@@ -780,8 +779,8 @@ class _Component:
             if nj * nk > 4_000_000:
                 continue
             qlist = sorted(qs_of[ai])
-            cj = attrs[ai].cover[:, [cols[ai][q] for q in qlist]]
-            ck = attrs[k].cover[:, [cols[k][q] for q in qlist]]
+            cj = attrs[ai].cover[:, np.searchsorted(attrs[ai].qidx, qlist)]
+            ck = attrs[k].cover[:, np.searchsorted(attrs[k].qidx, qlist)]
             table = unary[ai][:, None] + (cj * self.w[qlist][None, :]) @ ck.T.astype(np.float64)
             arg = np.argmax(table, axis=0)
             unary[k] = unary[k] + table[arg, np.arange(nk)]
@@ -790,9 +789,9 @@ class _Component:
             steps.append((ai, k, arg))
             done[ai] = True
             queue.append(k)
-        core_q = np.zeros(nq, bool)
-        for ai in np.flatnonzero(~done):
-            core_q[list(qs_of[ai])] = True
+        core_q = multi.copy()
+        for ai in np.flatnonzero(done):
+            core_q[attrs[ai].qidx] = False
         return _Core(np.flatnonzero(~done), unary, core_q, steps, const)
 
     def brute_core(self, core: _Core) -> tuple[float, dict[int, int]] | None:
@@ -1009,14 +1008,10 @@ def max_overlap(
     flat = list(itertools.chain.from_iterable(q.predicates for q in qs))
     # predicates are often shared between queries (macro expansion): handle each
     # distinct object once
-    code_of: dict[int, int] = {}
-    codes = np.fromiter(
-        (code_of.setdefault(id(p), len(code_of)) for p in flat), np.int64, len(flat)
-    )
-    distinct = [None] * len(code_of)
-    for k, p in zip(codes.tolist(), flat, strict=True):
-        if distinct[k] is None:
-            distinct[k] = p
+    ids = np.fromiter(map(id, flat), np.uint64, len(flat))
+    _, first_of, codes = np.unique(ids, return_index=True, return_inverse=True)
+    codes = codes.ravel()
+    distinct = [flat[i] for i in first_of.tolist()]
     interned: list[dict[IntervalSet, int]] = [{} for _ in range(len(schema))]
     dj = np.empty(len(distinct), np.int64)
     dc = np.empty(len(distinct), np.int64)
