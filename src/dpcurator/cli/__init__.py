@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dpcurator.errors import DpCuratorError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("account", "overlap")
+SUBCOMMANDS = ("account", "overlap", "answer", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

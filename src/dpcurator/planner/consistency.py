@@ -61,21 +61,15 @@ def cell_count(queries: Sequence[Query]) -> int:
     return total
 
 
-def consistent(
-    queries: Sequence[Query], values: Sequence[float], variances: Sequence[float]
-) -> np.ndarray:
-    """The least-squares consistent answers (floats), one per query."""
+def cells_matrix(queries: Sequence[Query]) -> tuple[list[int], sparse.csr_matrix | None]:
+    """The 0/1 matrix (non-empty queries x cells) and the non-empty queries' indices.
+
+    Raises :class:`InvalidParameter` (before anything is released, if called first) when
+    the atom space is too large."""
     qs = list(queries)
-    y = np.asarray(values, float)
-    v = np.asarray(variances, float)
-    if len(qs) != len(y) or len(y) != len(v):
-        raise InvalidParameter("consistent: one value and one variance per query")
-    if not np.all(v > 0):
-        raise InvalidParameter("consistent: variances must be positive")
-    out = np.zeros(len(qs))
     live = [i for i, q in enumerate(qs) if not q.is_empty]  # empty queries: exactly 0
     if not live:
-        return out
+        return live, None
     lq = [qs[i] for i in live]
     schema = lq[0].schema
     names = sorted({n for q in lq for n in q.attributes}, key=schema.index)
@@ -116,9 +110,31 @@ def consistent(
         cols.append(flat)
     r = np.concatenate(rows)
     c = np.concatenate(cols)
-    A = sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(lq), cells))
+    return live, sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(lq), cells))
+
+
+def consistent(
+    queries: Sequence[Query],
+    values: Sequence[float],
+    variances: Sequence[float],
+    system: tuple[list[int], sparse.csr_matrix | None] | None = None,
+) -> np.ndarray:
+    """The least-squares consistent answers (floats), one per query.
+
+    ``system`` is :func:`cells_matrix` of the queries, if already built."""
+    qs = list(queries)
+    y = np.asarray(values, float)
+    v = np.asarray(variances, float)
+    if len(qs) != len(y) or len(y) != len(v):
+        raise InvalidParameter("consistent: one value and one variance per query")
+    if not np.all(v > 0):
+        raise InvalidParameter("consistent: variances must be positive")
+    live, A = cells_matrix(qs) if system is None else system
+    out = np.zeros(len(qs))
+    if A is None:
+        return out
     s = 1.0 / np.sqrt(v[live])
     Aw = sparse.diags(s) @ A
-    sol = lsqr(Aw, y[live] * s, atol=1e-14, btol=1e-14, iter_lim=max(10_000, 4 * len(lq)))
+    sol = lsqr(Aw, y[live] * s, atol=1e-14, btol=1e-14, iter_lim=max(10_000, 4 * len(live)))
     out[live] = A @ sol[0]
     return out

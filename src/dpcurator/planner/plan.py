@@ -295,12 +295,14 @@ def make_plan(
     *,
     available: float | None = None,
     time_limit: float = 30.0,
+    compare: bool = True,
 ) -> Plan:
     """Plan a release of ``queries`` under ``guarantee``.
 
     ``available`` (additive, same currency) caps the budget, for a ledger that has
     already spent some: a plan within what is left at the worst point of the domain is
-    admitted by the curator's filter everywhere.
+    admitted by the curator's filter everywhere. ``compare``: also compute the other
+    allocations' expected errors (the optimal one included) for the report.
     """
     if allocation not in ALLOCATIONS:
         raise InvalidParameter(
@@ -326,7 +328,7 @@ def make_plan(
     allocs: dict[str, Allocation] = {}
     allocs["sequential"] = allocate("sequential", qs, w, budget)
     allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
-    if allocation == "optimal":
+    if allocation == "optimal" or compare:
         from dpcurator.planner.allocation import optimal
 
         allocs["optimal"] = optimal(qs, w, budget, time_limit=time_limit, start=allocs["uniform"])
