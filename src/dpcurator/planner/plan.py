@@ -317,8 +317,13 @@ def make_plan(
     budget = PlanBudget.of(guarantee)
     notes: list[str] = []
     if available is not None and available < budget.amount:
-        if not available > 0:
-            raise InvalidParameter("the ledger has no budget left")
+        if not available > budget.amount * 1e-6:
+            from dpcurator.errors import BudgetExceeded
+
+            raise BudgetExceeded(
+                f"refused: the ledger has spent the budget {budget.describe()} "
+                f"({max(available, 0.0):.3g} left at the worst point); nothing was charged"
+            )
         notes.append(
             f"the ledger had spent some budget: planned with what is left at the worst point "
             f"({available:.6g} of {budget.amount:.6g} {budget.currency if budget.currency != 'mu' else 'mu^2'})"
