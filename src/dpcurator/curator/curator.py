@@ -24,7 +24,7 @@ from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
 from dpcurator.curator.ledger import ChargeRow, Ledger
 from dpcurator.curator.overlap_filter import Charge, OverlapFilter
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError
-from dpcurator.mechanisms import noise_for_cost
+from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact, largest_zcdp_within
@@ -88,6 +88,14 @@ class Budget:
 
 def _cost_guarantee(currency: str, value: float) -> PureDP | ZCDP | GDP:
     return {"epsilon": PureDP, "rho": ZCDP, "mu": GDP}[currency](value)
+
+
+def _describe(noise: object) -> tuple[str, float]:
+    """The released noise's name and parameter (scale or sigma)."""
+    if isinstance(noise, DiscreteLaplaceNoise):
+        return "discrete_laplace", float(noise.scale)
+    assert isinstance(noise, DiscreteGaussianNoise)
+    return "discrete_gaussian", float(noise.sigma)
 
 
 def _coverage_json(q: Query) -> dict[str, list[list[int]]]:
@@ -354,8 +362,7 @@ class Curator:
         drawn = np.atleast_1d(noise.sample(size=len(cells), rng=self._rng))
         noisy = [int(t) + int(z) for t, z in zip(np.atleast_1d(truth), drawn, strict=True)]
         half = noise.interval(0.05)
-        name = "discrete_laplace" if "Laplace" in type(noise).__name__ else "discrete_gaussian"
-        param = float(noise.scale if name == "discrete_laplace" else noise.sigma)
+        name, param = _describe(noise)
         remaining = self.budget.display(left)
         answers = [
             Answer(
@@ -375,6 +382,40 @@ class Curator:
             charge_id, {lab: v for lab, v in zip(labels, noisy, strict=True)}
         )
         return charge_id, left, answers
+
+    def _release_table(
+        self,
+        table: str,
+        covered: Query,
+        cells: list[Query],
+        labels: list[str],
+        kind: str,
+        request: str,
+        cost: Fraction,
+        guarantee: PureDP | ZCDP | GDP,
+        analyst: str | None,
+    ) -> TableAnswer:
+        """Disjoint cells of one histogram or marginal: one charge on their union."""
+        charge_id, left, answers = self._release(
+            table=table,
+            covered=covered,
+            cells=cells,
+            labels=labels,
+            kind=kind,
+            request=request,
+            cost=cost,
+            guarantee=guarantee,
+            sensitivity=1,
+            analyst=analyst,
+        )
+        return TableAnswer(
+            request,
+            tuple(answers),
+            self.budget.display(cost),
+            self.budget.currency,
+            self.budget.display(left),
+            charge_id,
+        )
 
     # --- the analyst's requests ---------------------------------------------------------
 
@@ -446,26 +487,7 @@ class Curator:
         full = [
             f"{attribute} = {lab}" if bins is None else f"{attribute} in {lab}" for lab in labels
         ]
-        charge_id, left, answers = self._release(
-            table=t,
-            covered=covered,
-            cells=cells,
-            labels=full,
-            kind="histogram",
-            request=request,
-            cost=cost,
-            guarantee=g,
-            sensitivity=1,
-            analyst=_analyst,
-        )
-        return TableAnswer(
-            request,
-            tuple(answers),
-            self.budget.display(cost),
-            self.budget.currency,
-            self.budget.display(left),
-            charge_id,
-        )
+        return self._release_table(t, covered, cells, full, "histogram", request, cost, g, _analyst)
 
     @staticmethod
     def _bins(attr: Any, bins: Sequence[int]) -> tuple[list[tuple[int, int]], list[str]]:
@@ -528,26 +550,7 @@ class Curator:
         request = f"marginal({', '.join(attributes)})" + (
             f" where {base.text}" if where is not None else ""
         )
-        charge_id, left, answers = self._release(
-            table=t,
-            covered=base,
-            cells=cells,
-            labels=labels,
-            kind="marginal",
-            request=request,
-            cost=cost,
-            guarantee=g,
-            sensitivity=1,
-            analyst=_analyst,
-        )
-        return TableAnswer(
-            request,
-            tuple(answers),
-            self.budget.display(cost),
-            self.budget.currency,
-            self.budget.display(left),
-            charge_id,
-        )
+        return self._release_table(t, base, cells, labels, "marginal", request, cost, g, _analyst)
 
     def sum(
         self,
@@ -675,8 +678,7 @@ class Curator:
         for i, (q, (cost, _), noise, charge_id) in enumerate(
             zip(qs, priced, noises, ids, strict=True)
         ):
-            name = "discrete_laplace" if "Laplace" in type(noise).__name__ else "discrete_gaussian"
-            param = float(noise.scale if name == "discrete_laplace" else noise.sigma)
+            name, param = _describe(noise)
             # Remaining after the whole batch, from the levels: a lower bound.
             left = (
                 self.budget.amount
