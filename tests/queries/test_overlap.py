@@ -266,3 +266,205 @@ def test_weights_validation() -> None:
         max_overlap(qs, weights=[1, 2])
     with pytest.raises(ValueError, match="non-negative"):
         max_overlap(qs, weights=[-1])
+
+
+# ----------------------------------------------------------- fast paths (issue 3 perf)
+
+
+@st.composite
+def tree_workloads(draw: st.DrawFn) -> tuple[Schema, list[Query], list[float] | None]:
+    """Queries on one attribute or on the two ends of an edge of a random tree of
+    attributes, plus (sometimes) one query closing a cycle: elimination folds the tree
+    and leaves a small core."""
+    n = draw(st.integers(2, 6))
+    attrs = [
+        Attribute(f"a{i}", "categorical", values=tuple("pqrs"[: draw(st.integers(2, 4))]))
+        for i in range(n)
+    ]
+    schema = Schema(tuple(attrs))
+    edges = [(draw(st.integers(0, i - 1)), i) for i in range(1, n)]
+    if n >= 3 and draw(st.booleans()):
+        edges.append((0, n - 1))  # a cycle (or a repeated edge)
+    queries = []
+    for _ in range(draw(st.integers(1, 12))):
+        scope = draw(st.sampled_from([(i,) for i in range(n)] + edges))
+        cov = {}
+        for i in scope:
+            a = attrs[i]
+            members = draw(st.lists(st.booleans(), min_size=a.size, max_size=a.size))
+            cov[a.name] = normalize((p, p + 1) for p, m in enumerate(members) if m)
+        queries.append(Query.from_coverages(schema, cov))
+    weights = draw(
+        st.none()
+        | st.lists(
+            st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.25]),
+            min_size=len(queries),
+            max_size=len(queries),
+        )
+    )
+    return schema, queries, weights
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree_workloads())
+def test_elimination_matches_brute_force(
+    case: tuple[Schema, list[Query], list[float] | None],
+) -> None:
+    # no branch and bound: forests are solved by elimination, cores by enumeration
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod._Component, "solve", _no_branch_and_bound)
+        check(*case)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(tree_workloads(), workloads()))
+def test_core_milp_matches_brute_force(
+    case: tuple[Schema, list[Query], list[float] | None],
+) -> None:
+    # every core (what elimination leaves) goes to the 0/1 program
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod._Component, "solve", _no_branch_and_bound)
+        mp.setattr(overlap_mod, "_BRUTE_WORK", -1)
+        mp.setattr(overlap_mod, "_BOX_MIN", 10**9)
+        check(*case)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_milp_without_elimination_matches_brute_force(
+    case: tuple[Schema, list[Query], list[float] | None],
+) -> None:
+    # the whole component in the 0/1 program (unary folding, family aggregation)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod._Component, "solve", _no_branch_and_bound)
+        mp.setattr(overlap_mod, "_ELIMINATE", False)
+        mp.setattr(overlap_mod, "_BRUTE_WORK", -1)
+        mp.setattr(overlap_mod, "_BOX_MIN", 10**9)
+        check(*case)
+
+
+def test_milp_family_aggregation_on_marginals() -> None:
+    text = (
+        "marginal(sex, race)\nmarginal(race, edu)\nmarginal(sex, edu)\nmarginal(sex, race, edu)\n"
+    )
+    text += "histogram(race)\nrace IN ('A', 'B') AND edu = 'x'\n"
+    wl = parse_workload(text, ADULTISH)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod._Component, "solve", _no_branch_and_bound)
+        mp.setattr(overlap_mod, "_ELIMINATE", False)
+        mp.setattr(overlap_mod, "_BRUTE_WORK", -1)
+        mp.setattr(overlap_mod, "_BOX_MIN", 10**9)
+        res = max_overlap(wl)
+    assert (res.value, res.exact) == (6, True)
+    assert "milp" in res.method
+    assert max_overlap(wl).value == 6
+
+
+def test_elimination_on_a_long_path() -> None:
+    # a path of 300 attributes, each edge a 2-way marginal with a twist: exact by
+    # elimination alone (branch and bound would recurse 300 levels deep)
+    m = 300
+    schema = Schema(tuple(Attribute(f"x{i}", "integer", min=0, max=3) for i in range(m)))
+    qs = []
+    for i in range(m - 1):
+        for a in range(4):
+            qs.append(
+                Query.from_coverages(schema, {f"x{i}": ((a, a + 1),), f"x{i + 1}": ((a, 4),)})
+            )
+        qs.append(Query.from_coverages(schema, {f"x{i}": ((0, 2),)}))
+    res = max_overlap(qs)
+    assert res.exact and res.method == "elimination"
+    covering = [i for i, q in enumerate(qs) if q.covers(dict(res.witness))]
+    assert tuple(covering) == res.witness_queries and len(covering) == res.value
+    # each edge gives at most 2 (the cell and the range); all 2 is possible iff
+    # x_i in {0, 1} and x_{i+1} >= x_i: x = 0 everywhere does it, except the last one free
+    assert res.value == 2 * (m - 1)
+
+
+@st.composite
+def box_workloads(draw: st.DrawFn) -> tuple[Schema, list[Query], list[float] | None]:
+    k = draw(st.integers(1, 3))
+    schema = Schema(
+        tuple(Attribute(f"x{i}", "integer", min=0, max=draw(st.integers(0, 11))) for i in range(k))
+    )
+    queries = []
+    for _ in range(draw(st.integers(1, 25))):
+        cov = {}
+        for a in schema.attributes:
+            if draw(st.integers(0, 4)) == 0:
+                continue
+            s = draw(st.integers(0, a.size - 1))
+            cov[a.name] = ((s, draw(st.integers(s + 1, a.size))),)
+        queries.append(Query.from_coverages(schema, cov))
+    weights = draw(
+        st.none()
+        | st.lists(
+            st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=len(queries), max_size=len(queries)
+        )
+    )
+    return schema, queries, weights
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(box_workloads(), st.sampled_from([1, 2, 3, 16]), st.booleans())
+def test_box_slab_sweep_matches_brute_force(
+    case: tuple[Schema, list[Query], list[float] | None], coarse: int, fallback: bool
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod, "_BOX_MIN", 0)  # every box component to the box solver
+        mp.setattr(overlap_mod, "_COARSE", coarse)
+        mp.setattr(overlap_mod, "_ELIMINATE", False)
+        if fallback:  # the block branch and bound when the 2-D grid is too large
+            mp.setattr(overlap_mod, "_SLAB_CELLS", 0)
+        check(*case)
+
+
+def test_box_slab_sweep_time_limit_is_safe() -> None:
+    rng = np.random.default_rng(5)
+    schema = Schema(tuple(Attribute(f"x{i}", "integer", min=0, max=299) for i in range(3)))
+    qs = []
+    for _ in range(2000):
+        cov = {}
+        for a in schema.attributes:
+            lo, hi = sorted(int(v) for v in rng.integers(0, 300, 2))
+            cov[a.name] = ((lo, hi + 1),)
+        qs.append(Query.from_coverages(schema, cov))
+    exact = max_overlap(qs)
+    assert exact.exact and "boxes" in exact.method
+    quick = max_overlap(qs, time_limit=0.0)
+    assert quick.upper_bound >= exact.value >= quick.lower_bound
+    covering = tuple(i for i, q in enumerate(qs) if q.covers(dict(quick.witness)))
+    assert covering == quick.witness_queries and len(covering) == quick.lower_bound
+
+
+def test_shared_value_attributes_are_fixed() -> None:
+    # every constraint on 'race' contains 'C'; on 'edu' they share nothing
+    qs = [
+        parse_query(t, ADULTISH)
+        for t in (
+            "race IN ('A', 'C') AND edu = 'x'",
+            "race IN ('B', 'C', 'E') AND edu = 'y'",
+            "race != 'D' AND sex = 'Male'",
+            "race = 'C'",
+        )
+    ]
+    res = max_overlap(qs)
+    assert res.exact and res.value == 3 and res.witness["race"] == "C"
+    assert res.witness["sex"] == "Male"
+
+
+def test_macro_cells_equal_parsed_queries() -> None:
+    wl = parse_workload("marginal(race, sex)\nhistogram(edu)\nmarginal(edu, age)", ADULTISH)
+    assert len(wl) == 10 + 3 + 3 * 74
+    assert [q.text for q in wl.queries[:3]] == [
+        "sex = 'Female' AND race = 'A'",
+        "sex = 'Male' AND race = 'A'",
+        "sex = 'Female' AND race = 'B'",
+    ]
+    for q in wl.queries:
+        assert parse_query(q.text, ADULTISH) == q
+        assert (
+            Query.from_coverages(ADULTISH, {p.attribute.name: p.coverage for p in q.predicates})
+            == q
+        )
+    assert {q.line for q in wl.queries} == {1, 2, 3}
