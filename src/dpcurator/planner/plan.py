@@ -317,7 +317,7 @@ def make_plan(
     budget = PlanBudget.of(guarantee)
     notes: list[str] = []
     if available is not None and available < budget.amount:
-        if not available > budget.amount * 1e-6:
+        if not available > budget.amount * 1e-3:  # less than 0.1%: rounding leftovers
             from dpcurator.errors import BudgetExceeded
 
             raise BudgetExceeded(
