@@ -371,7 +371,7 @@ def _box_max_slabs(
 
     counter = itertools.count()
     best, best_cell = -1.0, [0, 0, 0]
-    heap: list[tuple[float, int, int, int]] = [(-math.inf, next(counter), 0, dims[ax])]
+    heap: list[tuple[float, int, int, int]] = [(-float(w.sum()), next(counter), 0, dims[ax])]
     exact = True
     top = math.inf
     while heap:
