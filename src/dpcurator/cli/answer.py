@@ -228,7 +228,9 @@ def apply_postprocess(steps, plan, values, system=None) -> np.ndarray:
 
 def rows_of(plan, answers, released) -> list[dict[str, Any]]:
     rows = []
-    for q, a, noise, v in zip(plan.queries, answers, plan.noises, released, strict=True):
+    for q, a, noise, v, cost in zip(
+        plan.queries, answers, plan.noises, released, plan.values, strict=True
+    ):
         val: float | int = int(v) if float(v).is_integer() else float(v)
         rows.append(
             {
@@ -236,7 +238,7 @@ def rows_of(plan, answers, released) -> list[dict[str, Any]]:
                 "line": q.line,
                 "answer": val,
                 "noisy_answer": a.value,
-                "cost": a.cost,
+                "cost": cost,  # exactly what was charged (mu: its square is charged)
                 "currency": a.currency,
                 "noise": a.noise,
                 "noise_parameter": a.noise_parameter,
