@@ -164,9 +164,11 @@ def main() -> None:
         else:
             ct, cv = f"{'n/a':>10}", f"{'n/a':>8}"
         g = f"~{gt:.0f}" if est else f"{gt:.2f}"
+        ratio = gt / solve
+        speed = f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
         print(
             f"({name})  {len(queries):>7}{res.value!s:>8}{'yes' if res.exact else 'NO':>7}"
-            f"{solve:9.2f}{cv}{ct}{g:>10}{gt / solve:9.0f}x{parse}",
+            f"{solve:9.2f}{cv}{ct}{g:>10}{speed:>10}{parse}",
             flush=True,
         )
 

@@ -12,17 +12,22 @@ How (DESIGN §6): on each attribute the queries' coverages cut the values into *
 (values with the same membership signature) and a point only matters through one atom
 per attribute; attributes no query constrains do not matter. Attributes linked by no
 query are independent, so the problem splits into connected components whose optima
-add up. Each component is solved by
+add up. Before that, an attribute whose constraints all share a value is fixed there and
+its predicates dropped. Each component is solved by
 
-* one attribute: the heaviest atom;
-* only single intervals on at most three attributes (boxes): best-first branch and
-  bound over blocks of the compressed grid, with an exact dense sweep in small blocks
-  (for intervals pairwise overlap implies a common point: Helly);
+* one query: any point of it;
+* only single intervals on at most three attributes (boxes; Helly: gamma is the max
+  depth): best-first search over slabs of one axis with an exact 2-D bound (a 2-D
+  difference array over the other two axes), the 3-D block search as a fallback;
+* variable elimination of pendant attributes (an attribute linked to at most one other
+  becomes a unary potential on that one's atoms): exact on forests; a small remaining
+  core is enumerated over its atom combinations;
 * otherwise: branch and bound over attributes (choose an atom per attribute, keep the
   surviving queries, re-split into components as attributes get fixed), bounded by
   "at most one query of a family of pairwise-disjoint queries covers a point"
-  (histogram bins, marginal cells, detected without a pairwise graph); and if that
-  runs out of its time slice, a 0/1 program (HiGHS via :func:`scipy.optimize.milp`).
+  (histogram bins, marginal cells, detected without a pairwise graph), for a short
+  slice; then a 0/1 program on the core (HiGHS via :func:`scipy.optimize.milp`, unary
+  potentials in the objective, family-aggregated rows).
 
 When the time limit stops the search, the result is a *safe upper bound* (the smallest
 of the valid bounds at hand) with ``exact=False``; the best point found is only
