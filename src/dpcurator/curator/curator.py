@@ -76,7 +76,10 @@ class Budget:
     def display(self, amount: Fraction) -> float:
         """An additive amount back in the currency's own unit (mu = sqrt of mu^2), rounded down."""
         if self.currency == "mu":
-            return math.sqrt(max(0.0, float(amount))) * (1 - 1e-15)
+            mu = math.sqrt(max(0.0, float(amount)))
+            while mu > 0 and Fraction(mu) ** 2 > amount:
+                mu = math.nextafter(mu, 0.0)
+            return mu
         return float(amount)
 
     def describe(self) -> str:
@@ -227,29 +230,25 @@ class Curator:
             self._last_id = row.id
 
     def _charge_of(self, row: ChargeRow) -> Charge:
-        schema = self._table(row.table).schema
+        schema = self._backends[row.table].schema
         covs = {name: tuple(tuple(iv) for iv in ivs) for name, ivs in row.coverage.items()}
         q = Query.from_coverages(schema, covs, text=row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
-    def _table(self, table: str | None) -> Any:
-        name = DEFAULT_TABLE if table is None and len(self._backends) == 1 else table
-        if name is None:
-            raise InvalidParameter(
-                f"this curator has several tables ({', '.join(sorted(self._backends))}): name one with table="
-            )
-        if name not in self._backends:
-            if table is None:
-                name = next(iter(self._backends))
-            else:
-                raise InvalidParameter(
-                    f"unknown table {table!r}; known: {', '.join(sorted(self._backends))}"
-                )
-        return self._backends[name]
-
     def _table_name(self, table: str | None) -> str:
-        be = self._table(table)
-        return next(n for n, b in self._backends.items() if b is be)
+        """The table a request names (or the only one)."""
+        if table is None:
+            if len(self._backends) == 1:
+                return next(iter(self._backends))
+            raise InvalidParameter(
+                f"this curator has several tables ({', '.join(sorted(self._backends))}): "
+                "name one with table="
+            )
+        if table not in self._backends:
+            raise InvalidParameter(
+                f"unknown table {table!r}; known: {', '.join(sorted(self._backends))}"
+            )
+        return table
 
     # --- validation ----------------------------------------------------------------------
 
