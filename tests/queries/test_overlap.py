@@ -25,6 +25,15 @@ from dpcurator.queries import (
 from dpcurator.queries.predicates import normalize
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _general_solver():
+    """These tests exercise the general solver's paths; the dense prefix-sum grid, which
+    would answer most small cases first, has its own tests (test_dense.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap_mod, "_DENSE", False)
+        yield
+
+
 def brute_force(schema: Schema, queries: list[Query], weights: list[float]) -> float:
     best = 0.0
     for pt in itertools.product(*(range(a.size) for a in schema.attributes)):

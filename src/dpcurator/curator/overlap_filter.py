@@ -37,6 +37,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpcurator.queries import Query, Schema, max_overlap
+from dpcurator.queries.dense import dense_max_overlap
 from dpcurator.queries.predicates import disjoint, intersect
 
 #: Seconds the exact solver may take per check before a safe upper bound is used instead.
@@ -78,18 +79,29 @@ class Loss:
 def max_loss(charges: Iterable[Charge], within: Query | None = None) -> Loss:
     """max over x in C_within (the whole domain if None) of the sum of covering costs.
 
-    Exact unless the solver hits :data:`SOLVER_TIME_LIMIT`; then a safe upper bound
-    (rounded up), which can only make the filter refuse more, never less.
+    Charges that do not meet C_within may be passed: they add nothing there. Exact
+    unless the solver hits :data:`SOLVER_TIME_LIMIT`; then a safe upper bound (rounded
+    up), which can only make the filter refuse more, never less.
     """
+    live = [c for c in charges if not c.query.is_empty]
+    if within is not None and within.is_empty:
+        return Loss(Fraction(0), True, None)
+    if not live:
+        return Loss(Fraction(0), True, None)
+    scale = math.lcm(*{c.cost.denominator for c in live})
+    ints = np.array([float(c.cost * scale) for c in live])
+    if len(live) > 1 and ints.sum() < 2**53:
+        # Small grids of elementary segments: exact by prefix sums, no restriction needed.
+        dense = dense_max_overlap([c.query for c in live], ints, within=within)
+        if dense is not None:
+            return Loss(Fraction(round(dense[0]), scale), True, dense[1])
     merged: dict[tuple, tuple[Query, Fraction]] = {}
-    for c in charges:
+    for c in live:
         if within is not None:
             if disjoint(c.query, within):
                 continue
             q = restrict(c.query, within)
         else:
-            if c.query.is_empty:
-                continue
             q = c.query
         k = _key(q)
         prev = merged.get(k)
@@ -102,9 +114,9 @@ def max_loss(charges: Iterable[Charge], within: Query | None = None) -> Loss:
     queries = [q for q, _ in merged.values()]
     costs = [w for _, w in merged.values()]
     scale = math.lcm(*(w.denominator for w in costs))
-    ints = [int(w * scale) for w in costs]
-    if sum(ints) < 2**53:
-        res = max_overlap(queries, weights=ints, time_limit=SOLVER_TIME_LIMIT)
+    weights = [int(w * scale) for w in costs]
+    if sum(weights) < 2**53:
+        res = max_overlap(queries, weights=weights, time_limit=SOLVER_TIME_LIMIT)
         value = round(res.value) if res.exact else math.ceil(res.value)
         return Loss(Fraction(value, scale), res.exact, dict(res.witness) if res.exact else None)
     # Astronomical denominators: fall back to floats with a relative safety margin.
@@ -172,12 +184,15 @@ class _TableIndex:
         levels = self.level[: len(self.charges)][self._hull_mask(query)]
         return Fraction(float(levels.max())) if levels.size else Fraction(0)
 
-    def overlapping(self, query: Query) -> list[Charge]:
-        """The charges that share at least one point with ``query`` (exact)."""
+    def candidates(self, query: Query) -> list[Charge]:
+        """The charges whose hulls meet ``query``'s: a superset of those overlapping it."""
         if query.is_empty or not self.charges:
             return []
-        out = [self.charges[i] for i in np.flatnonzero(self._hull_mask(query))]
-        return [c for c in out if not disjoint(c.query, query)]
+        return [self.charges[i] for i in np.flatnonzero(self._hull_mask(query))]
+
+    def overlapping(self, query: Query) -> list[Charge]:
+        """The charges that share at least one point with ``query`` (exact)."""
+        return [c for c in self.candidates(query) if not disjoint(c.query, query)]
 
 
 @dataclass(frozen=True)
@@ -254,7 +269,7 @@ class OverlapFilter:
     def local(self, table: str, query: Query, analyst: str | None = None) -> Fraction:
         """max_{x in C_query} L_table(x), exact (only ``analyst``'s charges if given)."""
         index = self._tables.get(table)
-        near = index.overlapping(query) if index else []
+        near = index.candidates(query) if index else []
         if analyst is not None:
             near = [c for c in near if c.analyst == analyst]
         return max_loss(near, within=query).value

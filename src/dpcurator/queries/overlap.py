@@ -48,6 +48,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
+from dpcurator.queries.dense import dense_max_overlap
 from dpcurator.queries.predicates import IntervalSet, Query, intersect
 
 __all__ = ["ColouringResult", "OverlapResult", "colouring_bound", "max_overlap"]
@@ -988,6 +989,10 @@ def _prepare(
     return qs, w, integral
 
 
+#: Try the dense prefix-sum grid first (tests of the other paths switch it off).
+_DENSE = True
+
+
 def max_overlap(
     queries: Sequence[Query] | Iterable[Query],
     weights: Sequence[float] | None = None,
@@ -1005,6 +1010,13 @@ def max_overlap(
     eps = 0.0 if integral else 1e-9 * max(1.0, float(w.sum()))
     if not qs:
         return OverlapResult(0, True, 0, 0, {}, (), "empty")
+    if _DENSE and integral and len(qs) > 1:
+        # A small grid of elementary segments: exact by prefix sums (queries/dense.py).
+        dense = dense_max_overlap(qs, w)
+        if dense is not None:
+            value, point, covering = dense
+            v = _num(value, True)
+            return OverlapResult(v, True, v, v, point, covering, "dense")
     schema = qs[0].schema
     # one pass over the predicates: emptiness, constrained attributes
     index = schema._index
