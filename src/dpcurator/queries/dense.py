@@ -54,12 +54,11 @@ def dense_max_overlap(
             e.add(t)
     for n, i in enumerate(live):
         for p in queries[i].predicates:
-            e = ends.get(p.attribute.name)
-            if e is None:
-                e = ends[p.attribute.name] = {0, p.attribute.size}
+            found = ends.get(p.attribute.name)
+            bounds = ends[p.attribute.name] = {0, p.attribute.size} if found is None else found
             for s, t in p.coverage:
-                e.add(s)
-                e.add(t)
+                bounds.add(s)
+                bounds.add(t)
         # Give up early on large grids: the product only grows.
         if n % 256 == 255 and np.prod([len(e) - 1.0 for e in ends.values()]) > limit:
             return None
@@ -107,9 +106,9 @@ def dense_max_overlap(
             # Only the cells inside C_within count: a product of per-attribute masks.
             for j, name in enumerate(names):
                 inside = np.zeros(shape[j], dtype=bool)
-                for s, e in within.coverage(name):
-                    inside[where[j][s] : where[j][e]] = True
-                view = [np.newaxis] * k
+                for start, end in within.coverage(name):
+                    inside[where[j][start] : where[j][end]] = True
+                view: list[slice | None] = [None] * k
                 view[j] = slice(None)
                 grid = np.where(inside[tuple(view)], grid, -1.0)
         flat = int(np.argmax(grid))
