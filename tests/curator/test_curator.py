@@ -253,3 +253,22 @@ def test_batch_release_counts_are_exact(people):
         assert [a.value for a in answers] == [
             int(((df.age >= a) & (df.age <= a + 9)).sum()) for a in range(0, 100, 10)
         ]
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.3, 0.7, 0.25, 1 / 3])
+def test_noise_never_spends_more_than_the_ledger_charges(people, eps):
+    from fractions import Fraction
+
+    with open_(people, budget=PureDP(10.0)) as c:
+        a = c.count("sex = 'F'", epsilon=eps)
+        charged = Fraction(repr(eps))  # the ledger charges the decimal the float prints as
+        scale = Fraction(a.noise_parameter)  # the float of an exact rational scale
+        assert Fraction(1) / scale <= charged * (1 + Fraction(1, 10**15))
+        assert Fraction(c.history()[-1].cost).limit_denominator(10**9) == charged.limit_denominator(
+            10**9
+        )
+    with open_(people, budget=ZCDP(10.0)) as c:
+        a = c.count("sex = 'F'", rho=eps)
+        assert Fraction(1, 2) / Fraction(a.noise_parameter) ** 2 <= Fraction(repr(eps)) * (
+            1 + Fraction(1, 10**15)
+        )

@@ -93,6 +93,15 @@ def _cost_guarantee(currency: str, value: float) -> PureDP | ZCDP | GDP:
     return {"epsilon": PureDP, "rho": ZCDP, "mu": GDP}[currency](value)
 
 
+def _spends_at_most(noise: object, sensitivity: int, charged: Fraction, currency: str) -> bool:
+    """Whether the noise's exact privacy cost is within what the ledger charges."""
+    if currency == "epsilon" and isinstance(noise, DiscreteLaplaceNoise):
+        return Fraction(sensitivity) / noise.scale <= charged
+    if currency == "rho" and isinstance(noise, DiscreteGaussianNoise):
+        return Fraction(sensitivity * sensitivity) / (2 * noise.sigma**2) <= charged
+    return False  # GDP's effective mu is a float: always calibrate from below (see _noise)
+
+
 def _describe(noise: object) -> tuple[str, float]:
     """The released noise's name and parameter (scale or sigma)."""
     if isinstance(noise, DiscreteLaplaceNoise):
@@ -280,7 +289,7 @@ class Curator:
             raise InvalidParameter(f"{cur} must be a number, got {value!r}")
         if not math.isfinite(value) or value <= 0:
             raise InvalidParameter(f"{cur} must be a finite number > 0, got {value!r}")
-        return self.budget.charge(value), _cost_guarantee(cur, float(value))
+        return self.budget.charge(value), _cost_guarantee(cur, value)
 
     # --- check, charge, count, noise ----------------------------------------------------
 
@@ -336,6 +345,24 @@ class Curator:
         self._last_id = max(self._last_id, charge_id)
         return charge_id, left
 
+    def _noise(self, guarantee: PureDP | ZCDP | GDP, sensitivity: int) -> Any:
+        """Exact noise that never spends more than the exact decimal the ledger charges.
+
+        The noise is calibrated to the cost's float (eps 0.1 gives scale exactly 10); when
+        that float lies above the charged decimal (the float 0.1 is 1/10 + 5.5e-18) and the
+        exact check cannot confirm the noise, it is recalibrated to the largest float
+        below the charged decimal.
+        """
+        cur = self.budget.currency
+        param = float(getattr(guarantee, cur))
+        noise = noise_for_cost(guarantee, sensitivity)
+        if _spends_at_most(noise, sensitivity, self.budget.charge(param), cur):
+            return noise
+        below = param
+        if Fraction(below) > exact(param):
+            below = math.nextafter(below, 0.0)
+        return noise_for_cost(_cost_guarantee(cur, below), sensitivity)
+
     def _show(self, amount: Fraction) -> str:
         return f"{self.budget.display(amount):.6g}"
 
@@ -354,7 +381,7 @@ class Curator:
         analyst: str | None,
         true_values=None,
     ) -> tuple[int, Fraction, list[Answer]]:
-        noise = noise_for_cost(guarantee, sensitivity * self._k)  # validates before charging
+        noise = self._noise(guarantee, sensitivity * self._k)  # validates before charging
         charge_id, left = self._charge(table, covered, cost, kind, request, str(noise), analyst)
         be = self._backends[table]
         truth = be.counts(list(cells)) if true_values is None else true_values(be)
@@ -635,7 +662,7 @@ class Curator:
         priced = [
             self._cost(*(c if k == cur else None for k in ("epsilon", "rho", "mu"))) for c in costs
         ]
-        noises = [noise_for_cost(g, self._k) for _, g in priced]  # validates before charging
+        noises = [self._noise(g, self._k) for _, g in priced]  # validates before charging
         ids: list[int] = []
         with self._ledger.lock, self._ledger.transaction():
             self._sync()
