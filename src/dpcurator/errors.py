@@ -52,6 +52,12 @@ class DataError(DpCuratorError, ValueError):
     reason = "invalid_data"
 
 
+class LedgerError(DpCuratorError):
+    """The ledger file does not belong to this curator, or cannot be used."""
+
+    reason = "ledger_error"
+
+
 class BudgetExceeded(DpCuratorError):
     """A query was refused because it would exceed the privacy budget.
 

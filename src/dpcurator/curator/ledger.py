@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from dpcurator.errors import DpCuratorError
+from dpcurator.errors import LedgerError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,12 +40,6 @@ CREATE TABLE IF NOT EXISTS charges (
     answer TEXT
 );
 """
-
-
-class LedgerError(DpCuratorError):
-    """The ledger file does not belong to this curator, or cannot be used."""
-
-    reason = "ledger_error"
 
 
 @dataclass(frozen=True)
