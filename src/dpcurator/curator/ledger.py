@@ -1,17 +1,38 @@
 """The durable ledger: every charge is on disk before its answer exists.
 
-SQLite in WAL mode with ``synchronous=FULL``: a committed charge survives a crash or a
-power cut. The check and the charge happen inside one ``BEGIN IMMEDIATE`` transaction,
-which takes SQLite's write lock, so concurrent threads and processes are serialised and
-never overspend together; a process first reads the charges other processes committed
-since it last looked. The noisy answer is computed only after the commit, and recorded
-in a second transaction: a crash in between wastes budget but never releases an
-uncharged answer (DESIGN.md §7).
+One SQLite file, ``synchronous=FULL`` with a rollback journal in ``TRUNCATE`` mode: when
+a commit returns, the charge is in the main database file itself, so that file alone is
+always the whole ledger (a WAL database keeps its latest commits in a ``-wal`` file that a
+plain copy of the ``.db`` misses). The check and the charge happen inside one
+``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock, so concurrent threads
+and processes are serialised and never overspend together; a process first reads the
+charges other processes committed since it last looked. The noisy answer is computed only
+after the commit, and recorded in a second transaction: a crash in between wastes budget
+but never releases an uncharged answer.
+
+Tamper evidence. Every charge row stores ``hash = SHA-256(previous hash || canonical
+encoding of id, created, analyst, table, kind, request, coverage, cost, level, noise)``;
+the first charge chains from a *genesis* hash over the format version and the identity
+(budget and schemas), and ``meta`` records the head of the chain (count and last hash).
+The analysts' quotas form a second chain (each registration or quota change is a new
+row; the latest row of a name is in force) anchored the same way. Answers are not in the
+chain, since they are recorded later: each is *sealed* on its own as
+``SHA-256(charge hash || answer)``. The whole ledger is verified on open, and each read
+of new rows verifies them against the head. A charge or quota that was edited, deleted,
+added or reordered, an altered identity, a lowered level and an edited answer are
+refused with :class:`LedgerError`. The hash is not keyed: someone who can write the file
+and recomputes the whole chain is not detected; that needs a copy kept elsewhere (see
+:meth:`Ledger.backup`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import math
+import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -21,25 +42,51 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from dpcurator.errors import LedgerError
+from dpcurator.errors import InvalidParameter, LedgerError
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS analysts (name TEXT PRIMARY KEY, quota TEXT);
-CREATE TABLE IF NOT EXISTS charges (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created REAL NOT NULL,
-    analyst TEXT,
-    table_name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    request TEXT NOT NULL,
-    coverage TEXT NOT NULL,
-    cost TEXT NOT NULL,
-    level TEXT NOT NULL,
-    noise TEXT NOT NULL,
-    answer TEXT
+#: The ledger format this code reads and writes; any other is refused.
+FORMAT = "2"
+
+_MAGIC = b"SQLite format 3\x00"
+
+# A positive fraction as ``str(Fraction)`` prints it: "3" or "3/10", no sign, no zero.
+_POSITIVE = (
+    "{c} GLOB '[1-9]*' AND {c} NOT GLOB '*[^0-9/]*' AND {c} NOT GLOB '*/*/*' "
+    "AND {c} NOT GLOB '*/' AND {c} NOT GLOB '*/0*'"
+)
+
+_SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+CREATE TABLE analysts (
+    seq INTEGER PRIMARY KEY CHECK (seq >= 1),
+    created REAL NOT NULL CHECK (typeof(created) = 'real'),
+    name TEXT NOT NULL CHECK (typeof(name) = 'text' AND length(name) > 0),
+    quota TEXT CHECK (quota IS NULL OR ({_POSITIVE.format(c="quota")})),
+    hash TEXT NOT NULL CHECK (length(hash) = 64)
+);
+CREATE TABLE charges (
+    id INTEGER PRIMARY KEY CHECK (id >= 1),
+    created REAL NOT NULL CHECK (typeof(created) = 'real'),
+    analyst TEXT CHECK (analyst IS NULL OR (typeof(analyst) = 'text' AND length(analyst) > 0)),
+    table_name TEXT NOT NULL CHECK (typeof(table_name) = 'text'),
+    kind TEXT NOT NULL CHECK (typeof(kind) = 'text'),
+    request TEXT NOT NULL CHECK (typeof(request) = 'text'),
+    coverage TEXT NOT NULL CHECK (coverage GLOB '{{*}}'),
+    cost TEXT NOT NULL CHECK ({_POSITIVE.format(c="cost")}),
+    level TEXT NOT NULL CHECK ({_POSITIVE.format(c="level")}),
+    noise TEXT NOT NULL CHECK (typeof(noise) = 'text'),
+    hash TEXT NOT NULL CHECK (length(hash) = 64),
+    answer TEXT,
+    answer_hash TEXT CHECK ((answer IS NULL) = (answer_hash IS NULL))
 );
 """
+
+_META_KEYS = frozenset({"format", "identity", "genesis", "charges_head", "analysts_head"})
+
+_COLUMNS = (
+    "id, created, analyst, table_name, kind, request, coverage, cost, level, noise, hash, "
+    "answer, answer_hash"
+)
 
 
 @dataclass(frozen=True)
@@ -57,82 +104,442 @@ class ChargeRow:
     level: Fraction
     noise: str
     answer: object | None
+    hash: str = ""
 
 
-def _row(r: tuple) -> ChargeRow:
-    return ChargeRow(
-        id=r[0],
-        created=r[1],
-        analyst=r[2],
-        table=r[3],
-        kind=r[4],
-        request=r[5],
-        coverage=json.loads(r[6]),
-        cost=Fraction(r[7]),
-        level=Fraction(r[8]),
-        noise=r[9],
-        answer=None if r[10] is None else json.loads(r[10]),
-    )
+@dataclass(frozen=True)
+class BackupReport:
+    """What :meth:`Ledger.backup` wrote, after verifying it."""
+
+    source: str
+    target: str
+    charges: int
+    analysts: int
+    head: str
+
+
+# --- hashing ---------------------------------------------------------------------------
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.digest()
+
+
+def _genesis(fmt: str, identity: str) -> bytes:
+    return _digest(b"dpcurator ledger\x00", fmt.encode(), b"\x00", identity.encode())
+
+
+def _analysts_genesis(genesis: bytes) -> bytes:
+    return _digest(b"dpcurator analysts\x00", genesis)
+
+
+def _encode(fields: tuple[object, ...]) -> bytes:
+    """Canonical, unambiguous bytes of a row's fields (a compact JSON array)."""
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _charge_hash(prev: bytes, fields: tuple[object, ...]) -> bytes:
+    return _digest(prev, _encode(fields))
+
+
+def _answer_seal(charge_hash: bytes, answer: str) -> str:
+    return _digest(b"answer\x00", charge_hash, answer.encode()).hex()
+
+
+# --- validation --------------------------------------------------------------------------
+
+
+def _positive(text: object) -> Fraction | None:
+    """The positive fraction ``text`` spells exactly as ``str(Fraction)`` would, else None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        f = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return f if f > 0 and str(f) == text else None
+
+
+def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        cov = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(cov, dict):
+        return None
+    for name, ivs in cov.items():
+        if not isinstance(name, str) or not isinstance(ivs, list):
+            return None
+        for iv in ivs:
+            if (
+                not isinstance(iv, list)
+                or len(iv) != 2
+                or type(iv[0]) is not int
+                or type(iv[1]) is not int
+                or not 0 <= iv[0] <= iv[1]
+            ):
+                return None
+    return cov
+
+
+def _valid_coverage_value(cov: object) -> bool:
+    return _valid_coverage(json.dumps(cov)) is not None if isinstance(cov, dict) else False
 
 
 class Ledger:
-    """One SQLite file shared by every curator process that serves the same data."""
+    """One SQLite file shared by every curator process that serves the same data.
 
-    def __init__(self, path: str | Path | None, identity: dict[str, object]) -> None:
-        self.path = ":memory:" if path is None else str(path)
-        try:
-            self._db = sqlite3.connect(
-                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=60000")
-            with self.transaction():
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._check_identity(identity)
-        except sqlite3.DatabaseError as err:
-            raise LedgerError(f"cannot use ledger {self.path}: {err}") from None
+    ``Ledger(path, identity)`` opens the ledger at ``path``, verifying all of it, or
+    creates it if (and only if) no file is there. ``identity`` (budget and schemas) must
+    match the one the ledger was created with; ``identity=None`` opens any valid ledger
+    and never creates one. ``path=None`` or ``":memory:"`` gives a fresh ledger in memory
+    that dies with the process: then :attr:`durable` is False.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        identity: dict[str, object] | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
         self._lock = threading.RLock()
+        self.durable = not (path is None or str(path) == ":memory:")
+        self.path = str(path) if self.durable else ":memory:"
+        self._closed = False
+        self._identity = "{}"
+        self._genesis = b""
+        self._head: tuple[int, bytes] = (0, b"")
+        self._analysts: dict[str, Fraction | None] = {}
+        self._analysts_head: tuple[int, bytes] = (0, b"")
+        want = None if identity is None else json.dumps(identity, sort_keys=True)
+        try:
+            if not self.durable:
+                self._db = _connect(":memory:")
+                with self._write():
+                    _initialise(self._db, want or "{}")
+            else:
+                p = Path(self.path)
+                if not p.exists():
+                    if not create or want is None:
+                        raise LedgerError(f"ledger {self.path}: no such file")
+                    _create(p, want)
+                _probe(p)
+                self._db = _connect(self.path)
+            try:
+                self._open(want)
+            except BaseException:
+                self._db.close()
+                raise
+        except sqlite3.DatabaseError as err:
+            raise LedgerError(f"ledger {self.path}: cannot be used: {err}") from None
 
-    def _check_identity(self, identity: dict[str, object]) -> None:
-        """A ledger records one budget over one set of schemas; refuse any other."""
-        want = json.dumps(identity, sort_keys=True)
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('identity', ?)", (want,))
-        elif row[0] != want:
-            have = json.loads(row[0])
+    # --- opening and verifying --------------------------------------------------------
+
+    def _open(self, want: str | None) -> None:
+        with self._snapshot():
+            self._check_format()
+        if self.durable:
+            mode = self._db.execute("PRAGMA journal_mode=TRUNCATE").fetchone()[0]
+            if mode != "truncate":
+                raise LedgerError(
+                    f"ledger {self.path}: it is in journal mode {mode!r} and open in another "
+                    "program; close that program first"
+                )
+            self._db.execute("PRAGMA synchronous=FULL")
+        self._verify_all()
+        if want is not None and self._identity != want:
+            have = json.loads(self._identity)
             raise LedgerError(
                 f"ledger {self.path} belongs to another curator (budget {have.get('budget')}, "
                 f"tables {sorted(have.get('tables', {}))}); open it with the same budget and "
                 "schemas, or use a new ledger file"
             )
 
+    def _check_format(self) -> None:
+        """Refuse an SQLite database that is not a ledger of this format, before any write."""
+        objects = self._db.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        tables = sorted(name for kind, name, _, _ in objects if kind == "table")
+        if "meta" not in tables:
+            what = f"tables {', '.join(tables)}" if tables else "no tables"
+            raise LedgerError(
+                f"ledger {self.path}: not a dpcurator ledger (an SQLite database with {what})"
+            )
+        try:
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError:
+            raise LedgerError(
+                f"ledger {self.path}: not a dpcurator ledger (its meta table is foreign)"
+            ) from None
+        fmt = meta.get("format")
+        if fmt is None and "identity" in meta:
+            raise LedgerError(
+                f"ledger {self.path}: written by an older dpcurator (ledger format 1, without "
+                f"integrity protection); this version reads ledger format {FORMAT} only"
+            )
+        if fmt is None:
+            raise LedgerError(f"ledger {self.path}: not a dpcurator ledger (no format in meta)")
+        if fmt != FORMAT:
+            raise LedgerError(
+                f"ledger {self.path}: written in ledger format {fmt!r}; this dpcurator reads "
+                f"format {FORMAT} only"
+            )
+        if objects != _expected_objects():
+            raise LedgerError(
+                f"ledger {self.path}: its table definitions were altered (constraints, "
+                "tables, indexes or triggers differ from a dpcurator ledger); restore it from "
+                "a backup"
+            )
+        if set(meta) != _META_KEYS:
+            odd = sorted(set(meta) ^ _META_KEYS)
+            raise LedgerError(
+                f"ledger {self.path}: its meta table was altered (entries {', '.join(odd)}); "
+                "restore it from a backup"
+            )
+        identity = meta["identity"]
+        genesis = _genesis(FORMAT, identity)
+        if meta["genesis"] != genesis.hex():
+            raise LedgerError(
+                f"ledger {self.path}: its identity (budget and schemas) was altered; restore "
+                "it from a backup"
+            )
+        self._identity = identity
+        self._genesis = genesis
+        self._head = (0, genesis)  # the last verified charge: (id, hash)
+        self._analysts = {}
+        self._analysts_head = (0, _analysts_genesis(genesis))
+
+    def _verify_all(self) -> None:
+        with self._lock, self._snapshot():
+            self._head = (0, self._genesis)
+            self._analysts = {}
+            self._analysts_head = (0, _analysts_genesis(self._genesis))
+            self._read_analysts()
+            self._read_after(0)
+
+    def verify(self) -> int:
+        """Verify the whole ledger again (as on open); return the number of charges."""
+        try:
+            self._verify_all()
+        except sqlite3.DatabaseError as err:
+            raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+        return self._head[0]
+
+    def _meta_head(self, key: str) -> tuple[int, str]:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        try:
+            n, h = row[0].split(" ")
+            return int(n), h
+        except (TypeError, ValueError, AttributeError):
+            raise LedgerError(
+                f"ledger {self.path}: its meta entry {key} was altered; restore it from a backup"
+            ) from None
+
+    def _broken(self, what: str) -> LedgerError:
+        return LedgerError(
+            f"ledger {self.path}: {what} (hash chain broken); restore it from a backup"
+        )
+
+    def _read_after(self, last_id: int) -> list[ChargeRow]:
+        """The charges after ``last_id``, each verified against the chain and the head.
+
+        Call inside a snapshot. Advances the verified head."""
+        head_n, head_h = self._meta_head("charges_head")
+        if last_id == self._head[0]:
+            prev = self._head[1]
+        elif last_id == 0:
+            prev = self._genesis
+        else:
+            r = self._db.execute("SELECT hash FROM charges WHERE id = ?", (last_id,)).fetchone()
+            if r is None:
+                raise self._broken(f"charge {last_id} was removed")
+            prev = bytes.fromhex(r[0])
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (last_id,)
+        ).fetchall()
+        out = []
+        expect = last_id + 1
+        for r in rows:
+            if r[0] != expect:
+                raise self._broken(f"charge {expect} was removed")
+            row, prev = self._verify_row(r, prev)
+            out.append(row)
+            expect += 1
+        n = expect - 1
+        if n != head_n or prev.hex() != head_h:
+            if n < head_n:
+                raise self._broken(
+                    f"charge {n + 1} was removed (the ledger records {head_n} charges)"
+                )
+            if n > head_n:
+                raise self._broken(
+                    f"charge {head_n + 1} was added outside dpcurator (the ledger records "
+                    f"{head_n} charges)"
+                )
+            raise self._broken(f"charge {n} was altered or removed")
+        if n >= self._head[0]:
+            self._head = (n, prev)
+        return out
+
+    def _verify_row(self, r: tuple, prev: bytes) -> tuple[ChargeRow, bytes]:
+        cid = r[0]
+        cost, level, cov = _positive(r[7]), _positive(r[8]), _valid_coverage(r[6])
+        if cost is None or level is None or level < cost:
+            raise LedgerError(
+                f"ledger {self.path}: charge {cid} has an invalid cost {r[7]!r} or level "
+                f"{r[8]!r} (each must be a positive fraction, the level at least the cost); "
+                "restore the ledger from a backup"
+            )
+        if cov is None:
+            raise LedgerError(
+                f"ledger {self.path}: charge {cid} has malformed coverage; restore the ledger "
+                "from a backup"
+            )
+        if (
+            not isinstance(r[1], float)
+            or not math.isfinite(r[1])
+            or not all(isinstance(r[i], str) for i in (3, 4, 5, 9, 10))
+            or not (r[2] is None or isinstance(r[2], str))
+        ):
+            raise LedgerError(
+                f"ledger {self.path}: charge {cid} has a field of the wrong type; restore "
+                "the ledger from a backup"
+            )
+        h = _charge_hash(prev, r[:10])
+        if h.hex() != r[10]:
+            raise self._broken(f"charge {cid} was altered or removed")
+        answer = None
+        if r[11] is not None or r[12] is not None:
+            if r[11] is None or r[12] != _answer_seal(h, r[11]):
+                raise LedgerError(
+                    f"ledger {self.path}: the answer of charge {cid} was altered (its seal "
+                    "does not match); restore the ledger from a backup"
+                )
+            answer = json.loads(r[11])
+        row = ChargeRow(
+            id=cid,
+            created=r[1],
+            analyst=r[2],
+            table=r[3],
+            kind=r[4],
+            request=r[5],
+            coverage=cov,
+            cost=cost,
+            level=level,
+            noise=r[9],
+            answer=answer,
+            hash=r[10],
+        )
+        return row, h
+
+    def _read_analysts(self) -> None:
+        """Bring the verified quotas up to the head of their chain. Call inside a snapshot."""
+        head_n, head_h = self._meta_head("analysts_head")
+        n, prev = self._analysts_head
+        if (head_n, head_h) == (n, prev.hex()):
+            return
+        quotas = dict(self._analysts)
+        rows = self._db.execute(
+            "SELECT seq, created, name, quota, hash FROM analysts WHERE seq > ? ORDER BY seq",
+            (n,),
+        ).fetchall()
+        for seq, created, name, quota, stored in rows:
+            if seq != n + 1:
+                raise self._broken(f"analyst entry {n + 1} was removed")
+            q = None if quota is None else _positive(quota)
+            if (
+                (quota is not None and q is None)
+                or not isinstance(name, str)
+                or not name
+                or not isinstance(created, float)
+            ):
+                raise LedgerError(
+                    f"ledger {self.path}: analyst entry {seq} is malformed; restore the ledger "
+                    "from a backup"
+                )
+            h = _digest(prev, _encode((seq, created, name, quota)))
+            if h.hex() != stored:
+                raise self._broken(f"analyst entry {seq} ({name!r}) was altered or removed")
+            quotas[name] = q
+            n, prev = seq, h
+        if (n, prev.hex()) != (head_n, head_h):
+            raise self._broken(
+                f"analyst entries were removed or added (the ledger records {head_n}, "
+                f"found {n})"
+            )
+        self._analysts = quotas
+        self._analysts_head = (n, prev)
+
+    # --- transactions -------------------------------------------------------------------
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT: the write lock is held for the whole block."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        with self._lock:
+            saved = (self._head, self._analysts, self._analysts_head)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._head, self._analysts, self._analysts_head = saved
+                raise
+            else:
+                try:
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    self._head, self._analysts, self._analysts_head = saved
+                    raise
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """Join the caller's transaction, or run in a transaction of our own."""
+        if self._db.in_transaction:
+            yield
         else:
+            with self.transaction():
+                yield
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Read in one consistent snapshot (the caller's transaction, or a read one)."""
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
             self._db.execute("COMMIT")
 
     @property
     def lock(self) -> threading.RLock:
         return self._lock
 
+    @property
+    def head(self) -> tuple[int, str]:
+        """The last verified charge: (id, hex hash); (0, genesis hash) if none."""
+        return self._head[0], self._head[1].hex()
+
+    # --- charges --------------------------------------------------------------------------
+
     def charges_after(self, last_id: int) -> list[ChargeRow]:
-        rows = self._db.execute(
-            "SELECT id, created, analyst, table_name, kind, request, coverage, cost, level, noise, "
-            "answer FROM charges WHERE id > ? ORDER BY id",
-            (last_id,),
-        ).fetchall()
-        return [_row(r) for r in rows]
+        """The charges with an id above ``last_id``, oldest first, each verified."""
+        with self._lock:
+            try:
+                with self._snapshot():
+                    return self._read_after(last_id)
+            except sqlite3.DatabaseError as err:
+                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
 
     def insert_charge(
         self,
@@ -146,10 +553,22 @@ class Ledger:
         level: Fraction,
         noise: str,
     ) -> int:
-        cur = self._db.execute(
-            "INSERT INTO charges (created, analyst, table_name, kind, request, coverage, cost, "
-            "level, noise) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
+        """Append a charge to the chain (inside the caller's transaction, if any)."""
+        cost, level = Fraction(cost), Fraction(level)
+        if cost <= 0 or level < cost:
+            raise LedgerError(
+                f"ledger {self.path}: refusing to record a charge of cost {cost} at level "
+                f"{level} (the cost must be > 0 and the level at least the cost)"
+            )
+        if not _valid_coverage_value(coverage):
+            raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
+        with self._lock, self._write():
+            head_n, head_h = self._meta_head("charges_head")
+            if (head_n, head_h) != (self._head[0], self._head[1].hex()):
+                self._read_after(self._head[0])  # others appended: verify before extending
+            cid = self._head[0] + 1
+            fields = (
+                cid,
                 time.time(),
                 analyst,
                 table,
@@ -159,33 +578,323 @@ class Ledger:
                 str(cost),
                 str(level),
                 noise,
-            ),
-        )
-        return int(cur.lastrowid)
+            )
+            h = _charge_hash(self._head[1], fields)
+            self._db.execute(
+                "INSERT INTO charges (id, created, analyst, table_name, kind, request, "
+                "coverage, cost, level, noise, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*fields, h.hex()),
+            )
+            self._db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'charges_head'", (f"{cid} {h.hex()}",)
+            )
+            self._head = (cid, h)
+            return cid
 
     def record_answer(self, charge_id: int, answer: object) -> None:
         self.record_answers([(charge_id, answer)])
 
     def record_answers(self, answers: list[tuple[int, object]]) -> None:
+        """Record (and seal) answers of committed charges, in one transaction."""
+        if not answers:
+            return
         with self._lock, self.transaction() as db:
-            db.executemany(
-                "UPDATE charges SET answer = ? WHERE id = ?",
-                [(json.dumps(a), charge_id) for charge_id, a in answers],
+            ids = [cid for cid, _ in answers]
+            hashes = dict(
+                db.execute(
+                    "SELECT id, hash FROM charges WHERE id BETWEEN ? AND ?", (min(ids), max(ids))
+                ).fetchall()
             )
+            rows = []
+            for cid, a in answers:
+                if cid not in hashes:
+                    raise LedgerError(f"ledger {self.path}: no charge {cid} to answer")
+                text = json.dumps(a)
+                rows.append((text, _answer_seal(bytes.fromhex(hashes[cid]), text), cid))
+            db.executemany("UPDATE charges SET answer = ?, answer_hash = ? WHERE id = ?", rows)
+
+    # --- analysts and quotas ---------------------------------------------------------------
+
+    def _refresh_analysts(self) -> None:
+        try:
+            with self._snapshot():
+                self._read_analysts()
+        except sqlite3.DatabaseError as err:
+            raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
 
     def quota(self, analyst: str) -> Fraction | bool | None:
         """The analyst's quota; None for no quota; False if the analyst is unknown."""
-        row = self._db.execute("SELECT quota FROM analysts WHERE name = ?", (analyst,)).fetchone()
-        if row is None:
-            return False
-        return None if row[0] is None else Fraction(row[0])
+        with self._lock:
+            self._refresh_analysts()
+            return self._analysts.get(analyst, False)
+
+    def analysts(self) -> dict[str, Fraction | None]:
+        """Every registered analyst and the quota in force (None: no quota of their own)."""
+        with self._lock:
+            self._refresh_analysts()
+            return dict(self._analysts)
+
+    def _append_analyst(self, name: str, quota: Fraction | None) -> None:
+        n, prev = self._analysts_head
+        seq = n + 1
+        text = None if quota is None else str(quota)
+        created = time.time()
+        h = _digest(prev, _encode((seq, created, name, text)))
+        self._db.execute(
+            "INSERT INTO analysts (seq, created, name, quota, hash) VALUES (?, ?, ?, ?, ?)",
+            (seq, created, name, text, h.hex()),
+        )
+        self._db.execute(
+            "UPDATE meta SET value = ? WHERE key = 'analysts_head'", (f"{seq} {h.hex()}",)
+        )
+        self._analysts = {**self._analysts, name: quota}
+        self._analysts_head = (seq, h)
+
+    @staticmethod
+    def _check_quota(name: str, quota: Fraction | None) -> Fraction | None:
+        if not isinstance(name, str) or not name:
+            raise InvalidParameter("an analyst needs a non-empty name")
+        if quota is None:
+            return None
+        q = Fraction(quota)
+        if q <= 0:
+            raise InvalidParameter(f"a quota must be > 0, got {quota}")
+        return q
+
+    def register_analyst(self, name: str, quota: Fraction | None = None) -> Fraction | None:
+        """Register ``name`` (with ``quota``, None for none), or find them registered.
+
+        A registered analyst keeps the quota in force: ``quota=None`` (or the same quota)
+        changes nothing, and a different quota is refused with :class:`InvalidParameter`;
+        only :meth:`set_quota` changes a quota. Returns the quota in force."""
+        q = self._check_quota(name, quota)
+        with self._lock, self._write():
+            self._read_analysts()
+            if name in self._analysts:
+                have = self._analysts[name]
+                if q is None or q == have:
+                    return have
+                now = "has no quota" if have is None else f"has the quota {have}"
+                raise InvalidParameter(
+                    f"analyst {name!r} {now} in ledger {self.path}; a quota, once set, is "
+                    "changed only by an explicit set_quota"
+                )
+            self._append_analyst(name, q)
+            return q
 
     def set_quota(self, analyst: str, quota: Fraction | None) -> None:
-        with self._lock, self.transaction() as db:
-            db.execute(
-                "INSERT INTO analysts VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET quota = excluded.quota",
-                (analyst, None if quota is None else str(quota)),
-            )
+        """An administrator's change: ``analyst``'s quota becomes ``quota`` (None removes
+        it), registering them if needed. Recorded in the analysts' chain."""
+        q = self._check_quota(analyst, quota)
+        with self._lock, self._write():
+            self._read_analysts()
+            if analyst in self._analysts and self._analysts[analyst] == q:
+                return
+            self._append_analyst(analyst, q)
+
+    # --- copies ---------------------------------------------------------------------------------
+
+    def backup(self, target: str | Path, *, force: bool = False) -> BackupReport:
+        """Copy this ledger, live, with SQLite's online backup API, then verify the copy.
+
+        The copy is one consistent snapshot holding at least every charge committed before
+        the call; it is written beside ``target`` and moved into place only once verified.
+        An existing ``target`` is refused unless ``force``."""
+        dst = Path(target)
+        if dst.exists() and not force:
+            raise LedgerError(f"backup {dst}: the file exists; refusing to overwrite it")
+        if self.durable and dst.exists() and os.path.samefile(dst, self.path):
+            raise LedgerError(f"backup {dst}: is the ledger itself")
+        with self._lock:
+            before = self.verify()
+            before_hash = self._head[1].hex()
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            try:
+                out = sqlite3.connect(tmp, isolation_level=None)
+                try:
+                    with self._lock:
+                        self._db.backup(out)
+                    out.execute("PRAGMA journal_mode=DELETE")
+                finally:
+                    out.close()
+                _fsync(tmp)
+            except sqlite3.DatabaseError as err:
+                raise LedgerError(f"backup {dst}: cannot write it: {err}") from None
+            copy = Ledger(tmp, None, create=False)
+            try:
+                n = copy.head[0]
+                ok = n >= before and (
+                    before == 0
+                    or copy._db.execute(
+                        "SELECT hash FROM charges WHERE id = ?", (before,)
+                    ).fetchone()
+                    == (before_hash,)
+                )
+                if not ok:
+                    raise LedgerError(
+                        f"backup {dst}: the copy does not hold the {before} verified charges "
+                        f"of {self.path}"
+                    )
+                report = BackupReport(
+                    self.path, str(dst), n, len(copy.analysts()), copy.head[1]
+                )
+            finally:
+                copy.close()
+            _remove_sidecars(tmp)
+            if force:
+                os.replace(tmp, dst)
+            else:
+                try:
+                    os.link(tmp, dst)
+                except FileExistsError:
+                    raise LedgerError(
+                        f"backup {dst}: the file exists; refusing to overwrite it"
+                    ) from None
+            _fsync_dir(dst.parent)
+            return report
+        except OSError as err:
+            raise LedgerError(f"backup {dst}: {err.strerror or err}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            _remove_sidecars(tmp)
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+
+def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
+    """Verify the ledger at ``source`` and copy it, live, to ``target`` (see
+    :meth:`Ledger.backup`)."""
+    if Path(target).exists() and not force:
+        raise LedgerError(f"backup {target}: the file exists; refusing to overwrite it")
+    led = Ledger(source, None, create=False)
+    try:
+        return led.backup(target, force=force)
+    finally:
+        led.close()
+
+
+# --- files --------------------------------------------------------------------------------
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=60.0, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA busy_timeout=60000")
+    db.execute("PRAGMA trusted_schema=OFF")
+    return db
+
+
+_EXPECTED: list[tuple] | None = None
+
+
+def _expected_objects() -> list[tuple]:
+    """What ``sqlite_master`` of a ledger holds: its tables, exactly as created."""
+    global _EXPECTED
+    if _EXPECTED is None:
+        db = sqlite3.connect(":memory:")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        _EXPECTED = db.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        db.close()
+    return _EXPECTED
+
+
+def _initialise(db: sqlite3.Connection, identity: str) -> None:
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    genesis = _genesis(FORMAT, identity)
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [
+            ("format", FORMAT),
+            ("identity", identity),
+            ("genesis", genesis.hex()),
+            ("charges_head", f"0 {genesis.hex()}"),
+            ("analysts_head", f"0 {_analysts_genesis(genesis).hex()}"),
+        ],
+    )
+
+
+def _probe(path: Path) -> None:
+    """Refuse, before SQLite sees it, a file that cannot be a ledger."""
+    try:
+        if path.is_dir():
+            raise LedgerError(f"ledger {path}: is a directory")
+        with open(path, "rb") as f:
+            head = f.read(len(_MAGIC))
+    except OSError as err:
+        raise LedgerError(f"ledger {path}: cannot be read: {err.strerror or err}") from None
+    if not head:
+        raise LedgerError(
+            f"ledger {path}: the file is empty (0 bytes), not a ledger; if it was one, its "
+            "charges are lost: restore it from a backup, never start it afresh"
+        )
+    if head != _MAGIC:
+        raise LedgerError(f"ledger {path}: not a dpcurator ledger (not an SQLite database)")
+
+
+def _create(path: Path, identity: str) -> None:
+    """Create a complete ledger at ``path``, atomically: it is built beside the path and
+    linked into place, so no process ever sees a half-made ledger. If another process
+    creates it first, theirs is kept."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=DELETE")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            _initialise(db, identity)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+        except OSError:
+            if not path.exists():  # a file system without hard links
+                os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except (OSError, sqlite3.DatabaseError) as err:
+        raise LedgerError(f"ledger {path}: cannot be created: {err}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        _remove_sidecars(tmp)
+
+
+def _remove_sidecars(path: Path) -> None:
+    for suffix in ("-journal", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + suffix).unlink()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
