@@ -13,7 +13,6 @@ The backend never adds noise, never sees a budget and never returns rows.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import math
 import threading
 import uuid
@@ -25,6 +24,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
@@ -120,19 +120,40 @@ def _replacement_position(attr: Attribute, value: object) -> int:
         ) from None
 
 
-def _read_header(path: Path, separator: str, skip: int) -> list[str] | None:
-    """Fields of the first row of a text file (after ``skip`` lines), or None."""
-    opener = gzip.open if path.suffix == ".gz" else open
+def _code_column(i: int) -> str:
+    """Column of the stored table holding the codes of attribute ``i`` (schema order).
+
+    Attribute names never enter SQL text: DuckDB matches identifiers case-insensitively
+    (``A`` and ``a`` would clash), gives every table a ``rowid`` pseudo-column that a real
+    column shadows, and lets ``GROUP BY`` see select-list aliases. Generated names avoid
+    all of it; the schema maps attributes to positions.
+    """
+    return f"c{i}"
+
+
+def _raw_column(j: int) -> str:
+    """Column of the staging table holding source column ``j`` (source order)."""
+    return f"k{j}"
+
+
+def _matches(names: Sequence[str], name: str) -> list[int]:
+    """Positions of the columns called ``name``: exact matches, else matches after
+    stripping surrounding whitespace from the column names (CSV headers such as
+    ``age, sex``)."""
+    found = [j for j, n in enumerate(names) if n == name]
+    if not found:
+        found = [j for j, n in enumerate(names) if n.strip(_WHITESPACE) == name]
+    return found
+
+
+def _parquet_names(path: Path, duck: list[str]) -> list[str]:
+    """Exact top-level column names of a Parquet file (DuckDB renames case-insensitive
+    duplicates), by position; DuckDB's names if the file's schema cannot be matched."""
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace", newline="") as fh:
-            line = ""
-            for _ in range(skip + 1):
-                line = fh.readline()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read data: {err.strerror or err}") from None
-    if not line:
-        return None
-    return [f.strip().strip('"').strip() for f in line.rstrip("\r\n").split(separator)]
+        names = [str(n) for n in pq.read_schema(path).names]
+    except (OSError, pa.ArrowException):
+        return duck
+    return names if len(names) == len(duck) else duck
 
 
 class DuckDBBackend:
@@ -156,6 +177,7 @@ class DuckDBBackend:
         # A DuckDB connection is not safe for concurrent use: one statement at a time.
         self._lock = threading.RLock()
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
+        self._columns = [_code_column(i) for i in range(len(schema))]
         # Schemas seen equal to ours, kept alive so that their ids are never reused.
         self._schemas_ok: dict[int, Schema] = {id(schema): schema}
 
@@ -337,9 +359,10 @@ class DuckDBBackend:
         attrs = self.schema.attributes
         cols = sorted({j for key in keys for j in key})
         pos = {j: p for p, j in enumerate(cols)}
-        names = [ident(attrs[j].name) for j in cols]
-        sets = ", ".join("(" + ", ".join(ident(attrs[j].name) for j in key) + ")" for key in keys)
-        select = ", ".join(f"coalesce({c}, 0) AS c{p}" for p, c in enumerate(names))
+        names = [self._columns[j] for j in cols]
+        sets = ", ".join("(" + ", ".join(self._columns[j] for j in key) + ")" for key in keys)
+        # Aliases (g, x<p>, n) are never column names of the table (c<i>).
+        select = ", ".join(f"coalesce({c}, 0) AS x{p}" for p, c in enumerate(names))
         sql = (
             f"SELECT GROUPING({', '.join(names)}) AS g, {select}, count(*) AS n "
             f"FROM {ident(self.table)} GROUP BY GROUPING SETS ({sets})"
@@ -355,7 +378,7 @@ class DuckDBBackend:
             shape = tuple(attrs[j].size for j in key)
             dense = np.zeros(math.prod(shape), dtype=np.int64)
             if mask.any():
-                codes = tuple(np.asarray(res[f"c{pos[j]}"])[mask].astype(np.int64) for j in key)
+                codes = tuple(np.asarray(res[f"x{pos[j]}"])[mask].astype(np.int64) for j in key)
                 dense[np.ravel_multi_index(codes, shape)] = cnt[mask]
             out.append((key, dense.reshape(shape)))
         return out
@@ -364,7 +387,8 @@ class DuckDBBackend:
         parts: list[str] = []
         params: list[int] = []
         for p in query.predicates:
-            text, ps = coverage_sql(p.attribute.name, p.coverage, p.attribute.size)
+            j = self._index[p.attribute.name]
+            text, ps = coverage_sql(self._columns[j], p.coverage, p.attribute.size)
             parts.append(text)
             params.extend(ps)
         return (" AND ".join(parts) if parts else "TRUE"), params
@@ -385,7 +409,7 @@ class DuckDBBackend:
             for qcovs in chunk:
                 conds = []
                 for j, cov in zip(key, qcovs, strict=True):
-                    text, ps = coverage_sql(attrs[j].name, cov, attrs[j].size)
+                    text, ps = coverage_sql(self._columns[j], cov, attrs[j].size)
                     conds.append(text)
                     params.extend(ps)
                 aggs.append(f"count(*) FILTER (WHERE {' AND '.join(conds)})")
@@ -438,7 +462,7 @@ class DuckDBBackend:
         bounds: list[int | float] = (
             [int(lower), int(upper)] if exact else [float(lower), float(upper)]
         )
-        value = f"(CAST({ident(attribute)} AS {kind}) + CAST(? AS {kind}))"
+        value = f"(CAST({self._columns[self._index[attribute]]} AS {kind}) + CAST(? AS {kind}))"
         sql = (
             f"SELECT sum(least(greatest({value}, CAST(? AS {kind})), CAST(? AS {kind}))) "
             f"FROM {ident(self.table)} WHERE {cond}"
@@ -491,7 +515,13 @@ class _Loader:
         self.views: list[str] = []
         self.tables: list[str] = []
         self.source = "data"
-        self.columns: list[str] = []
+        #: Exact names of the source's columns, by position (raw column ``k{j}``).
+        self.names: list[str] = []
+        #: ``rowid`` of the first data row of the raw table (1 after a CSV header).
+        self.first_data = 0
+        #: Raw column of each attribute (set by encode()).
+        self.attr_columns: list[str] = []
+        self._order_was: object = None
 
     def _sql(self, sql: str, params: Sequence[object] = ()) -> duckdb.DuckDBPyConnection:
         try:
@@ -500,6 +530,10 @@ class _Loader:
             raise DataError(f"{self.source}: {_first_line(str(err))}") from None
 
     def cleanup(self) -> None:
+        if self._order_was is not None:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute(f"SET preserve_insertion_order = {bool(self._order_was)}")
+            self._order_was = None
         for v in self.views:
             with contextlib.suppress(duckdb.Error):
                 self.con.unregister(v)
@@ -509,7 +543,7 @@ class _Loader:
         self.views.clear()
         self.tables.clear()
 
-    # -- step 1: raw rows, in file order (rowid + 1 is the 1-based data row)
+    # -- step 1: raw rows, in file order (rowid - first_data + 1 is the 1-based data row)
 
     def ingest(
         self,
@@ -520,8 +554,11 @@ class _Loader:
         columns: Sequence[str] | None,
         skip: int,
     ) -> None:
+        if columns is not None and not isinstance(data, str | Path):
+            raise InvalidParameter("columns= applies to CSV files only")
         con = self.con
         src = f"__dpc_src_{self.tag}"
+        is_csv = False
         if isinstance(data, str | Path):
             path = Path(data)
             self.source = str(path)
@@ -530,92 +567,103 @@ class _Loader:
             try:
                 if path.suffix.lower() in (".parquet", ".pq"):
                     rel = con.read_parquet(str(path))
-                    file_cols = list(rel.columns)
+                    names = _parquet_names(path, list(rel.columns))
                 else:
-                    rel, file_cols = self._read_csv(path, separator, header, columns, skip)
+                    # Always headerless: DuckDB would trim, dedupe and rename header names
+                    # (``a``, ``A`` -> ``a``, ``A_1``); the header row is read as data.
+                    rel = con.read_csv(
+                        str(path),
+                        delimiter=separator,
+                        header=False,
+                        all_varchar=True,
+                        quotechar='"',
+                        escapechar='"',
+                        skiprows=skip,
+                    )
+                    is_csv, names = True, []
             except duckdb.Error as err:
                 raise DataError(f"{path}: cannot read data: {_first_line(str(err))}") from None
         else:
-            rel = self._from_object(data)
-            file_cols = list(rel.columns)
-        if columns is not None and not isinstance(data, str | Path):
-            raise InvalidParameter("columns= applies to CSV files only")
-        names = [str(c).strip() for c in file_cols]
-        if len(set(names)) != len(names):
-            dup = next(c for c in names if names.count(c) > 1)
-            raise DataError(f"{self.source}: duplicate column {dup!r}")
-        self.columns = names
+            rel, names = self._from_object(data)
+        width = len(rel.columns)
         try:
             rel.create_view(src)
         except duckdb.Error as err:
             raise DataError(f"{self.source}: cannot read data: {_first_line(str(err))}") from None
         self.views.append(src)
-        select = ", ".join(
-            f"{ident(str(c))} AS {ident(n)}" for c, n in zip(file_cols, names, strict=True)
-        )
+        # File order is the raw table's insertion order: make DuckDB keep it even on a
+        # connection whose owner turned it off (restored by cleanup()).
+        setting = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()
+        if setting and not setting[0][0]:
+            self._order_was = setting[0][0]
+            con.execute("SET preserve_insertion_order = true")
+        # Columns by position (#n): no source name ever enters SQL text.
+        select = ", ".join(f"#{j + 1} AS {_raw_column(j)}" for j in range(width))
         self.tables.append(self.raw)
         self._sql(f"CREATE TEMP TABLE {ident(self.raw)} AS SELECT {select} FROM {ident(src)}")
+        if is_csv:
+            names = self._csv_names(Path(data), width, header, columns)
+        self.names = names
 
-    def _from_object(self, data: Any) -> duckdb.DuckDBPyRelation:
+    def _from_object(self, data: Any) -> tuple[duckdb.DuckDBPyRelation, list[str]]:
         con = self.con
         if isinstance(data, pa.Table):
             self.source = "Arrow table"
-            return con.from_arrow(data)
+            names = [str(c) for c in data.column_names]
+            return con.from_arrow(
+                data.rename_columns([_raw_column(j) for j in range(len(names))])
+            ), names
         try:
             import pandas as pd
         except ImportError:  # pragma: no cover - pandas is optional
             pd = None
         if pd is not None and isinstance(data, pd.DataFrame):
             self.source = "DataFrame"
+            names = [str(c) for c in data.columns]
+            # The frame's positional row order is the file order (not its index, and not
+            # a column that happens to be called rowid).
             frame = data.copy(deep=False)
-            frame.columns = [str(c) for c in frame.columns]
-            return con.from_df(frame)
+            frame.columns = [_raw_column(j) for j in range(len(names))]
+            return con.from_df(frame), names
         raise InvalidParameter(
             "data must be a CSV or Parquet path, a pandas DataFrame or a pyarrow Table, "
             f"got {type(data).__name__}"
         )
 
-    def _read_csv(
-        self,
-        path: Path,
-        separator: str,
-        header: bool | None,
-        columns: Sequence[str] | None,
-        skip: int,
-    ) -> tuple[duckdb.DuckDBPyRelation, list[str]]:
+    def _csv_names(
+        self, path: Path, width: int, header: bool | None, columns: Sequence[str] | None
+    ) -> list[str]:
+        """Column names of a CSV file read headerless; sets ``first_data``."""
+        row = self._sql(f"SELECT * FROM {ident(self.raw)} WHERE rowid = 0").fetchall()
+        if not row:
+            raise DataError(f"{path}: the file is empty")
+        first = ["" if v is None else str(v) for v in row[0]]
         if header is None:
-            first = _read_header(path, separator, skip)
-            if first is None:
-                raise DataError(f"{path}: the file is empty")
-            wanted = set(columns) if columns is not None else set(self.schema.names)
-            header = wanted <= set(first)
-        rel = self.con.read_csv(
-            str(path),
-            delimiter=separator,
-            header=header,
-            all_varchar=True,
-            quotechar='"',
-            escapechar='"',
-            skiprows=skip,
-        )
-        file_cols = list(rel.columns)
+            wanted = list(columns) if columns is not None else list(self.schema.names)
+            header = all(_matches(first, w) for w in wanted)
+        self.first_data = 1 if header else 0
         if header and columns is None:
-            return rel, file_cols
+            return first
         names = list(columns) if columns is not None else list(self.schema.names)
-        if len(names) != len(file_cols):
+        if len(names) != width:
             hint = (
                 "; pass columns=[...] naming every column of the file"
-                if len(file_cols) > len(names) and columns is None
+                if width > len(names) and columns is None
                 else ""
             )
             what = "columns=" if columns is not None else "the schema"
             raise DataError(
-                f"{path}: the file has {len(file_cols)} columns but {what} names {len(names)}{hint}"
+                f"{path}: the file has {width} columns but {what} names {len(names)}{hint}"
             )
-        rel = rel.select(
-            ", ".join(f"{ident(c)} AS {ident(n)}" for c, n in zip(file_cols, names, strict=True))
-        )
-        return rel, names
+        return names
+
+    def column(self, name: str, what: str) -> str | None:
+        """The raw column holding ``name`` (exact name first, then ignoring surrounding
+        whitespace), None if there is none; two candidates are an error."""
+        found = _matches(self.names, name)
+        if len(found) > 1:
+            raise DataError(f"{self.source}: duplicate column {name!r} (for {what})")
+        return _raw_column(found[0]) if found else None
 
     # -- step 2: codes, validation, privacy unit, final table
 
@@ -634,29 +682,41 @@ class _Loader:
         con = self.con
         schema = self.schema
         types = self._column_types()
+        cols: list[str] = []  # raw column of each attribute
         for attr in schema.attributes:
-            if attr.name not in types:
+            col = self.column(attr.name, f"attribute {attr.name!r}")
+            if col is None:
                 raise DataError(
                     f"{self.source}: no column {attr.name!r} for attribute {attr.name!r}"
                 )
-        if privacy_unit is not None and privacy_unit[0] not in types:
-            raise DataError(
-                f"{self.source}: privacy unit column {privacy_unit[0]!r} is not in the data"
-            )
+            cols.append(col)
+        self.attr_columns = cols
+        id_col = None
+        if privacy_unit is not None:
+            id_col = self.column(privacy_unit[0], "the privacy unit")
+            if id_col is None:
+                raise DataError(
+                    f"{self.source}: privacy unit column {privacy_unit[0]!r} is not in the data"
+                )
+        # DuckDB catalog names are case-insensitive: "Data" and "data" are one table.
         exists = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND NOT temporary", [name]
+            "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
+            "WHERE NOT temporary UNION ALL SELECT view_name, schema_name FROM duckdb_views() "
+            "WHERE NOT temporary) WHERE lower(t) = lower(?) AND s = current_schema()",
+            [name],
         ).fetchall()[0]
         if exists and exists[0]:
             raise InvalidParameter(f"table {name!r} already exists in the connection")
 
         # Inner select: per attribute a parsed value (integers) or a code (categoricals).
         params: list[object] = []
-        inner: list[str] = ["r.rowid + 1 AS __row"]
+        # rowid is safe here: the raw table's columns all have generated names.
+        inner: list[str] = [f"r.rowid + {1 - self.first_data} AS __row"]
         joins: list[str] = []
         outer: list[str] = ["__row"]
         for i, attr in enumerate(schema.attributes):
-            col = f"r.{ident(attr.name)}"
-            ctype = types[attr.name]
+            col = f"r.{cols[i]}"
+            ctype = types[cols[i]]
             if attr.type == "categorical":
                 view = f"__dpc_dom{i}_{self.tag}"
                 con.register(
@@ -701,21 +761,21 @@ class _Loader:
         for attr in schema.attributes:
             if attr.type == "integer":
                 outer_params.extend((attr.min, attr.max, attr.min))
-        if privacy_unit is not None:
-            id_col = f"r.{ident(privacy_unit[0])}"
-            id_type = types[privacy_unit[0]].split("(")[0]
+        if id_col is not None:
+            id_type = types[id_col].split("(")[0]
             if id_type == "VARCHAR":
                 inner.append(
-                    f"CASE WHEN trim({id_col}, ?) IN (SELECT unnest(?::VARCHAR[])) THEN NULL "
-                    f"ELSE trim({id_col}, ?) END AS __id"
+                    f"CASE WHEN trim(r.{id_col}, ?) IN (SELECT unnest(?::VARCHAR[])) THEN NULL "
+                    f"ELSE trim(r.{id_col}, ?) END AS __id"
                 )
                 params.extend((_WHITESPACE, list(self.missing), _WHITESPACE))
             else:
-                inner.append(f"{id_col} AS __id")
+                inner.append(f"r.{id_col} AS __id")
             outer.append("__id")
         sql = (
             f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("
-            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins)})"
+            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins)} "
+            f"WHERE r.rowid >= {self.first_data})"
         )
         self.tables.append(self.stage)
         self._sql(sql, [*outer_params, *params, *join_params])
@@ -760,10 +820,10 @@ class _Loader:
         for i, attr in enumerate(schema.attributes):
             ctype = _code_type(attr.size)
             if attr.name in replace:
-                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {ident(attr.name)}")
+                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {_code_column(i)}")
                 final_params.append(replace[attr.name])
             else:
-                sel.append(f"CAST(c{i} AS {ctype}) AS {ident(attr.name)}")
+                sel.append(f"CAST(c{i} AS {ctype}) AS {_code_column(i)}")
         source = ident(self.stage)
         conds = []
         dropped_unit = 0
@@ -812,9 +872,9 @@ class _Loader:
         where = f"first: row {first}"
         if self.show_values:
             row = self._sql(
-                f"SELECT CAST({ident(attr.name)} AS VARCHAR) FROM {ident(self.raw)} "
+                f"SELECT CAST({self.attr_columns[i]} AS VARCHAR) FROM {ident(self.raw)} "
                 "WHERE rowid = ?",
-                [first - 1],
+                [first - 1 + self.first_data],
             ).fetchall()[0]
             raw = row[0] if row else None
             if raw is None or raw.strip(_WHITESPACE) in self.missing:
