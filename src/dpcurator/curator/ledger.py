@@ -367,6 +367,11 @@ class Ledger:
         out = []
         expect = last_id + 1
         for r in rows:
+            if r[0] > head_n:
+                raise self._broken(
+                    f"charge {r[0]} was added outside dpcurator (the ledger records {head_n} "
+                    "charges)"
+                )
             if r[0] != expect:
                 raise self._broken(f"charge {expect} was removed")
             row, prev = self._verify_row(r, prev)
@@ -471,8 +476,7 @@ class Ledger:
             n, prev = seq, h
         if (n, prev.hex()) != (head_n, head_h):
             raise self._broken(
-                f"analyst entries were removed or added (the ledger records {head_n}, "
-                f"found {n})"
+                f"analyst entries were removed or added (the ledger records {head_n}, found {n})"
             )
         self._analysts = quotas
         self._analysts_head = (n, prev)
@@ -566,6 +570,7 @@ class Ledger:
             head_n, head_h = self._meta_head("charges_head")
             if (head_n, head_h) != (self._head[0], self._head[1].hex()):
                 self._read_after(self._head[0])  # others appended: verify before extending
+            self._check_tail("charges", "id", "charge", self._head)
             cid = self._head[0] + 1
             fields = (
                 cid,
@@ -634,7 +639,16 @@ class Ledger:
             self._refresh_analysts()
             return dict(self._analysts)
 
+    def _check_tail(self, table: str, key: str, what: str, head: tuple[int, bytes]) -> None:
+        """Before extending a chain, see that its verified last row is still there."""
+        if head[0] == 0:
+            return
+        r = self._db.execute(f"SELECT hash FROM {table} WHERE {key} = ?", (head[0],)).fetchone()
+        if r is None or r[0] != head[1].hex():
+            raise self._broken(f"{what} {head[0]} was altered or removed")
+
     def _append_analyst(self, name: str, quota: Fraction | None) -> None:
+        self._check_tail("analysts", "seq", "analyst entry", self._analysts_head)
         n, prev = self._analysts_head
         seq = n + 1
         text = None if quota is None else str(quota)
@@ -736,9 +750,7 @@ class Ledger:
                         f"backup {dst}: the copy does not hold the {before} verified charges "
                         f"of {self.path}"
                     )
-                report = BackupReport(
-                    self.path, str(dst), n, len(copy.analysts()), copy.head[1]
-                )
+                report = BackupReport(self.path, str(dst), n, len(copy.analysts()), copy.head[1])
             finally:
                 copy.close()
             _remove_sidecars(tmp)
