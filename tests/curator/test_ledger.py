@@ -551,7 +551,7 @@ def test_processes_creating_one_new_ledger_agree(tmp_path):
     path = tmp_path / "l.db"
     procs = [writer(path, 3, wait=False) for _ in range(4)]
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     assert Ledger(path, IDENTITY).verify() == 12
     assert not [p for p in tmp_path.iterdir() if p.name.endswith((".new", ".tmp"))]
