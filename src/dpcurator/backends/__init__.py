@@ -1,6 +1,6 @@
 """Data backends: exact counts and clipped sums over a validated table, nothing else.
 
-A backend never adds noise, never sees a budget and never returns rows (DESIGN.md §2).
+A backend never adds noise, never sees a budget and never returns rows.
 :class:`DuckDBBackend` is the embedded default; see ``docs/backends.md``.
 """
 

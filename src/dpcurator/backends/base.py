@@ -1,6 +1,6 @@
 """The backend protocol: count rows that satisfy predicate queries, nothing else.
 
-A backend holds the sensitive table (DESIGN.md §2). It evaluates *exact* counts and
+A backend holds the sensitive table. It evaluates *exact* counts and
 clipped sums; it never adds noise, never sees a budget and never returns rows. The
 curator is the only caller and the only place where data, noise and budget meet.
 """
@@ -26,19 +26,26 @@ class Backend(Protocol):
         """Exact counts (``int64``), one per query, in order.
 
         An empty query (a contradiction) counts 0; a query with no predicate counts
-        every row.
+        every row. A query that is not over ``schema`` (its schema, a predicate's
+        attribute, or a coverage that is not sorted, disjoint intervals inside the
+        domain) is refused, not counted.
         """
         ...
 
     def clipped_sum(
         self,
         attribute: str,
-        lower: int | float,
-        upper: int | float,
+        lower: int,
+        upper: int,
         where: Query | None = None,
-    ) -> float:
+    ) -> int:
         """Sum of ``min(max(value, lower), upper)`` of an integer attribute over the rows
-        satisfying ``where`` (all rows if ``None``)."""
+        satisfying ``where`` (all rows if ``None``), as an exact Python ``int``.
+
+        The bounds are integers of any size (not bools, not floats); the sum is never
+        rounded, so the sensitivity ``max(|lower|, |upper|)`` the curator calibrates the
+        noise to holds exactly. An empty ``where`` sums to 0.
+        """
         ...
 
     def close(self) -> None:

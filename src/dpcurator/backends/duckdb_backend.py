@@ -16,7 +16,7 @@ import contextlib
 import math
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
-from dpcurator.errors import DataError, InvalidParameter, SchemaError
-from dpcurator.queries.predicates import IntervalSet, Query
+from dpcurator.errors import DataError, InvalidParameter, QueryError, SchemaError
+from dpcurator.queries.predicates import IntervalSet, Predicate, Query
 from dpcurator.queries.schema import Attribute, Schema
 
 #: Largest attribute set (product of domain sizes) counted through a dense array.
@@ -57,6 +57,16 @@ _INT_TYPES = {
 }
 _FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
 _INT64 = (-(2**63), 2**63 - 1)
+#: Exclusive bound of DuckDB's HUGEINT (signed 128-bit).
+_HUGEINT = 2**127
+
+#: A checked query: (attribute index, coverage) pairs in schema order.
+_Coverages = tuple[tuple[int, IntervalSet], ...]
+
+
+def _is_integer(x: object) -> bool:
+    """An exact integer (Python or numpy), not a bool."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,11 @@ class DuckDBBackend:
         self._lock = threading.RLock()
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
         self._columns = [_code_column(i) for i in range(len(schema))]
+        self._full = [((0, a.size),) for a in schema.attributes]
+        # Attributes seen equal to ours (by id, kept alive), like the schemas below.
+        self._attrs_ok: dict[int, tuple[int, Attribute]] = {
+            id(a): (j, a) for j, a in enumerate(schema.attributes)
+        }
         # Schemas seen equal to ours, kept alive so that their ids are never reused.
         self._schemas_ok: dict[int, Schema] = {id(schema): schema}
 
@@ -290,15 +305,106 @@ class DuckDBBackend:
             raise InvalidParameter("the backend is closed")
         return self._con
 
-    def _check_query(self, q: object) -> Query:
+    def _check_query(self, q: object) -> _Coverages | None:
+        """The query's ``(attribute index, coverage)`` pairs in schema order, tautologies
+        dropped; None if it covers nothing.
+
+        Nothing about a query object is trusted (it may be built by hand): its schema,
+        every predicate's attribute (this schema's, not another's of the same name), one
+        predicate per attribute, and every coverage (pairs of integers ``0 <= start <
+        end <= size``, sorted, disjoint and non-adjacent) are checked, so that what is
+        counted is exactly what the caller's coverage says.
+        """
         if not isinstance(q, Query):
             raise InvalidParameter(f"expected a Query, got {type(q).__name__}")
         sid = id(q.schema)
         if sid not in self._schemas_ok:
-            if q.schema != self.schema:
-                raise InvalidParameter(f"query {str(q)!r} is over a different schema")
+            if not isinstance(q.schema, Schema) or q.schema != self.schema:
+                raise InvalidParameter("the query is over a different schema")
             self._schemas_ok[sid] = q.schema
-        return q
+        preds = q.predicates
+        if not isinstance(preds, tuple | list):
+            raise QueryError(
+                f"a query's predicates must be a tuple of Predicate, got {type(preds).__name__}"
+            )
+        out: list[tuple[int, IntervalSet]] = []
+        seen: set[int] = set()
+        empty = False
+        for p in preds:
+            if not isinstance(p, Predicate):
+                raise QueryError(
+                    f"a query's predicates must be Predicate objects, got {type(p).__name__}"
+                )
+            j = self._attribute_index(p.attribute)
+            if j in seen:
+                raise QueryError(
+                    f"two predicates on {self.schema.attributes[j].name!r} in one query: "
+                    "give one coverage (their intersection)"
+                )
+            seen.add(j)
+            cov = self._coverage(j, p.coverage)
+            if not cov:
+                empty = True
+            elif cov != self._full[j]:
+                out.append((j, cov))
+        if empty:
+            return None
+        out.sort()
+        return tuple(out)
+
+    def _attribute_index(self, attr: object) -> int:
+        """Position of a predicate's attribute, which must be this schema's."""
+        known = self._attrs_ok.get(id(attr))
+        if known is not None:
+            return known[0]
+        if not isinstance(attr, Attribute):
+            raise QueryError(f"a predicate needs an Attribute, got {type(attr).__name__}")
+        j = self._index.get(attr.name) if isinstance(attr.name, str) else None
+        if j is None:
+            raise QueryError(f"predicate on {attr.name!r}, which is not an attribute of the table")
+        if attr != self.schema.attributes[j]:
+            raise QueryError(
+                f"the predicate on {attr.name!r} was built for another schema's attribute"
+            )
+        self._attrs_ok[id(attr)] = (j, attr)  # kept alive: its id is never reused
+        return j
+
+    def _coverage(self, j: int, cov: object) -> IntervalSet:
+        """A predicate's coverage, checked to be canonical and inside attribute ``j``."""
+        name = self.schema.attributes[j].name
+        if not isinstance(cov, tuple | list):
+            raise QueryError(
+                f"coverage of {name!r} must be a tuple of (start, end) intervals, "
+                f"got {type(cov).__name__}"
+            )
+        size = self.schema.attributes[j].size
+        out: list[tuple[int, int]] = []
+        prev = -1
+        for iv in cov:
+            if (
+                not isinstance(iv, tuple | list)
+                or len(iv) != 2
+                or not (_is_integer(iv[0]) and _is_integer(iv[1]))
+            ):
+                raise QueryError(
+                    f"coverage of {name!r}: an interval is a pair of integers, got {iv!r}"
+                )
+            s, e = int(iv[0]), int(iv[1])
+            if s >= e:
+                raise QueryError(f"coverage of {name!r}: interval {(s, e)} is empty or reversed")
+            if s < 0 or e > size:
+                raise QueryError(
+                    f"coverage of {name!r}: interval {(s, e)} leaves the domain "
+                    f"[0, {size}) of value positions"
+                )
+            if s <= prev:
+                raise QueryError(
+                    f"coverage of {name!r}: intervals must be sorted, disjoint and "
+                    f"non-adjacent, got {(s, e)} after one ending at {prev}"
+                )
+            prev = e
+            out.append((s, e))
+        return tuple(out)
 
     def counts(self, queries: Sequence[Query]) -> np.ndarray:
         """Exact counts (int64), one per query, in order, from as few scans as possible."""
@@ -307,18 +413,22 @@ class DuckDBBackend:
 
     def _counts(self, queries: Sequence[Query]) -> np.ndarray:
         con = self.connection
+        if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
+            raise InvalidParameter(
+                f"counts takes a sequence of queries, got {type(queries).__name__}"
+            )
+        queries = list(queries)
         n = len(queries)
         out = np.zeros(n, dtype=np.int64)
         attrs = self.schema.attributes
         groups: dict[tuple[int, ...], tuple[list[int], list[tuple[IntervalSet, ...]]]] = {}
         for i, q in enumerate(queries):
-            self._check_query(q)
-            if q.is_empty:
+            preds = self._check_query(q)
+            if preds is None:  # covers nothing
                 continue
-            if not q.predicates:
+            if not preds:
                 out[i] = self._rows
                 continue
-            preds = sorted((self._index[p.attribute.name], p.coverage) for p in q.predicates)
             key = tuple(j for j, _ in preds)
             members = groups.setdefault(key, ([], []))
             members[0].append(i)
@@ -383,12 +493,11 @@ class DuckDBBackend:
             out.append((key, dense.reshape(shape)))
         return out
 
-    def _where(self, query: Query) -> tuple[str, list[int]]:
+    def _where(self, preds: _Coverages) -> tuple[str, list[int]]:
         parts: list[str] = []
         params: list[int] = []
-        for p in query.predicates:
-            j = self._index[p.attribute.name]
-            text, ps = coverage_sql(self._columns[j], p.coverage, p.attribute.size)
+        for j, cov in preds:
+            text, ps = coverage_sql(self._columns[j], cov, self.schema.attributes[j].size)
             parts.append(text)
             params.extend(ps)
         return (" AND ".join(parts) if parts else "TRUE"), params
@@ -420,56 +529,59 @@ class DuckDBBackend:
     def clipped_sum(
         self,
         attribute: str,
-        lower: int | float,
-        upper: int | float,
+        lower: int,
+        upper: int,
         where: Query | None = None,
-    ) -> float:
-        """Sum over rows satisfying ``where`` of ``min(max(value, lower), upper)``."""
+    ) -> int:
+        """Exact sum (a Python ``int``) over the rows satisfying ``where`` of
+        ``min(max(value, lower), upper)``; the bounds are integers of any size."""
         with self._lock:
             return self._clipped_sum(attribute, lower, upper, where)
 
-    def _clipped_sum(
-        self,
-        attribute: str,
-        lower: int | float,
-        upper: int | float,
-        where: Query | None,
-    ) -> float:
+    def _clipped_sum(self, attribute: str, lower: int, upper: int, where: Query | None) -> int:
         con = self.connection
         if not isinstance(attribute, str) or attribute not in self.schema:
             raise InvalidParameter(f"unknown attribute {attribute!r}")
-        attr = self.schema.attribute(attribute)
+        j = self._index[attribute]
+        attr = self.schema.attributes[j]
         if attr.type != "integer":
             raise InvalidParameter(f"attribute {attribute!r} is not an integer attribute")
         for label, b in (("lower", lower), ("upper", upper)):
-            if isinstance(b, bool) or not isinstance(b, int | float | np.integer | np.floating):
-                raise InvalidParameter(f"{label} clipping bound must be a number, got {b!r}")
-            if not math.isfinite(b):
-                raise InvalidParameter(f"{label} clipping bound must be finite, got {b!r}")
-        if lower > upper:
-            raise InvalidParameter(f"lower bound {lower} is greater than upper bound {upper}")
-        if where is not None:
-            self._check_query(where)
-            if where.is_empty:
-                return 0.0
-            cond, params = self._where(where)
-        else:
-            cond, params = "TRUE", []
-        exact = all(isinstance(b, int | np.integer) for b in (lower, upper)) and all(
-            _INT64[0] <= int(b) <= _INT64[1] for b in (lower, upper)
-        )
-        kind = "BIGINT" if exact else "DOUBLE"
-        bounds: list[int | float] = (
-            [int(lower), int(upper)] if exact else [float(lower), float(upper)]
-        )
-        value = f"(CAST({self._columns[self._index[attribute]]} AS {kind}) + CAST(? AS {kind}))"
+            if not _is_integer(b):
+                raise InvalidParameter(f"{label} clipping bound must be an integer, got {b!r}")
+        lo, hi = int(lower), int(upper)
+        if lo > hi:
+            raise InvalidParameter(f"lower bound {lo} is greater than upper bound {hi}")
+        preds: _Coverages | None = () if where is None else self._check_query(where)
+        if preds is None:
+            return 0
+        cond, params = self._where(preds)
+        # Every value is attr.min + code with 0 <= code < size <= 2^63 - 1. Bounds outside
+        # [min, max] are moved onto it (clip(v, lo, hi) is unchanged for v in [min, max]),
+        # so SQL only clips and sums codes in HUGEINT, and the rest is exact Python
+        # arithmetic: sum = count * min + sum(clip(code, l, u)), or count * bound when the
+        # bounds put every value on one side.
+        col = self._columns[j]
+        if lo >= attr.max or hi <= attr.min:
+            if where is None:
+                n = self._rows
+            else:
+                row = con.execute(f"SELECT count(*) FROM {ident(self.table)} WHERE {cond}", params)
+                n = int(row.fetchall()[0][0])
+            return n * (lo if lo >= attr.max else hi)
+        low, high = max(lo, attr.min) - attr.min, min(hi, attr.max) - attr.min
+        # count * high < 2^64 * 2^63: the HUGEINT sum cannot overflow (checked anyway).
+        if self._rows * high >= _HUGEINT:
+            raise InvalidParameter(
+                f"clipped sum of {attribute!r} could overflow 128-bit integers "
+                f"({self._rows} rows, clipped codes up to {high})"
+            )
         sql = (
-            f"SELECT sum(least(greatest({value}, CAST(? AS {kind})), CAST(? AS {kind}))) "
-            f"FROM {ident(self.table)} WHERE {cond}"
+            f"SELECT count(*), sum(least(greatest(CAST({col} AS HUGEINT), CAST(? AS HUGEINT)), "
+            f"CAST(? AS HUGEINT))) FROM {ident(self.table)} WHERE {cond}"
         )
-        row = con.execute(sql, [attr.min, *bounds, *params]).fetchall()[0]
-        result = row[0] if row else None
-        return 0.0 if result is None else float(result)
+        n, codes = con.execute(sql, [low, high, *params]).fetchall()[0]
+        return int(n) * attr.min + (0 if codes is None else int(codes))
 
     def close(self) -> None:
         """Close the connection if the backend opened it, else drop its table."""
