@@ -1,7 +1,8 @@
-"""The curator: budgets, refusals, the durable ledger (DESIGN.md §7)."""
+"""The curator: budgets, refusals, the durable ledger."""
 
 from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
-from dpcurator.curator.curator import AnalystSession, Budget, Curator
+from dpcurator.curator.budget import Budget
+from dpcurator.curator.curator import AnalystSession, Curator, Remaining
 from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Curator",
     "HistoryEntry",
     "OverlapFilter",
+    "Remaining",
     "TableAnswer",
     "max_loss",
 ]

@@ -1,8 +1,10 @@
-"""The curator: the only place where data, noise and budget meet (DESIGN.md §2, §7).
+"""The curator: the only place where data, noise and budget meet.
 
-Every released number passes through :meth:`Curator._release`, which (1) validates the
-request completely, (2) checks and charges the overlap-aware filter inside one ledger
-transaction that commits to disk, and only then (3) counts, (4) adds exact noise and
+Every released number passes through :meth:`Curator._release` (or the batch
+:meth:`Curator.release`), which (1) validates the request completely and prepares its
+noise, checking every limit (:mod:`dpcurator.curator.requests`), (2) checks and charges
+the overlap-aware filter in one ledger transaction that commits to disk
+(:mod:`dpcurator.curator.admission`), and only then (3) counts, (4) adds exact noise and
 (5) records the answer. Bad input raises before step 2 and charges nothing; a refusal
 (:class:`~dpcurator.errors.BudgetExceeded`) depends only on the public queries and
 costs (Dwork & Roth 2014, Lemma 2.6).
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -20,86 +23,20 @@ from typing import Any
 
 import numpy as np
 
+from dpcurator.curator import requests
+from dpcurator.curator.admission import Refused, Request, check_and_charge, remaining_after
 from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
-from dpcurator.curator.overlap_filter import Charge, OverlapFilter
+from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, Decision, OverlapFilter
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
-from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
-from dpcurator.privacy.filters import exact, largest_zcdp_within
-from dpcurator.queries import Query, Schema, parse_query
+from dpcurator.queries import Query, Schema
 from dpcurator.queries.predicates import intersect
 
 #: The single table's name when the curator is opened with ``data=`` and ``schema=``.
 DEFAULT_TABLE = "data"
-#: The most cells one histogram or marginal may have.
-MAX_CELLS = 1_000_000
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A budget in its additive currency (DESIGN.md §5)."""
-
-    guarantee: PureDP | ApproxDP | ZCDP | GDP
-    currency: str  # the keyword a cost is given with: epsilon, rho or mu
-    amount: Fraction  # in the additive unit: eps, rho, or mu^2
-
-    @staticmethod
-    def of(guarantee: object) -> Budget:
-        """PureDP -> eps; ZCDP -> rho; GDP -> mu^2; (eps, delta) -> the largest rho whose
-        conversion meets it (Bun & Steinke 2016 / Canonne, Kamath & Steinke 2020)."""
-        if isinstance(guarantee, PureDP):
-            b = Budget(guarantee, "epsilon", exact(guarantee.epsilon))
-        elif isinstance(guarantee, ZCDP):
-            b = Budget(guarantee, "rho", exact(guarantee.rho))
-        elif isinstance(guarantee, GDP):
-            b = Budget(guarantee, "mu", exact(guarantee.mu) ** 2)
-        elif isinstance(guarantee, ApproxDP):
-            rho = largest_zcdp_within(guarantee.epsilon, guarantee.delta).rho
-            b = Budget(
-                guarantee, "rho", Fraction(rho)
-            )  # the float's exact value: it meets the target
-        else:
-            raise InvalidParameter(
-                "budget must be PureDP(eps), ApproxDP(eps, delta), ZCDP(rho) or GDP(mu), "
-                f"got {guarantee!r}"
-            )
-        if b.amount <= 0:
-            raise InvalidParameter(f"budget must be positive, got {guarantee!r}")
-        return b
-
-    def charge(self, value: float) -> Fraction:
-        """A cost given in this currency, in the additive unit (mu is squared)."""
-        return exact(value) ** 2 if self.currency == "mu" else exact(value)
-
-    def display(self, amount: Fraction) -> float:
-        """An additive amount back in the currency's own unit (mu = sqrt of mu^2), rounded down."""
-        if self.currency == "mu":
-            mu = math.sqrt(max(0.0, float(amount)))
-            while mu > 0 and Fraction(mu) ** 2 > amount:
-                mu = math.nextafter(mu, 0.0)
-            return mu
-        return float(amount)
-
-    def describe(self) -> str:
-        g = self.guarantee
-        if isinstance(g, ApproxDP):
-            return f"ApproxDP(epsilon={g.epsilon:g}, delta={g.delta:g}) enforced as rho={float(self.amount):.6g}"
-        return repr(g)
-
-
-def _cost_guarantee(currency: str, value: float) -> PureDP | ZCDP | GDP:
-    return {"epsilon": PureDP, "rho": ZCDP, "mu": GDP}[currency](value)
-
-
-def _spends_at_most(noise: object, sensitivity: int, charged: Fraction, currency: str) -> bool:
-    """Whether the noise's exact privacy cost is within what the ledger charges."""
-    if currency == "epsilon" and isinstance(noise, DiscreteLaplaceNoise):
-        return Fraction(sensitivity) / noise.scale <= charged
-    if currency == "rho" and isinstance(noise, DiscreteGaussianNoise):
-        return Fraction(sensitivity * sensitivity) / (2 * noise.sigma**2) <= charged
-    return False  # GDP's effective mu is a float: always calibrate from below (see _noise)
 
 
 def _describe(noise: object) -> tuple[str, float]:
@@ -110,10 +47,6 @@ def _describe(noise: object) -> tuple[str, float]:
     return "discrete_gaussian", float(noise.sigma)
 
 
-def _coverage_json(q: Query) -> dict[str, list[list[int]]]:
-    return {p.attribute.name: [list(iv) for iv in p.coverage] for p in q.predicates}
-
-
 def _and(q: Query, coverages: Mapping[str, tuple]) -> Query:
     names = set(q.attributes) | set(coverages)
     covs = {
@@ -121,6 +54,22 @@ def _and(q: Query, coverages: Mapping[str, tuple]) -> Query:
         for n in names
     }
     return Query.from_coverages(q.schema, covs)
+
+
+@dataclass(frozen=True)
+class Remaining:
+    """What is left, in the budget's unit: on the points of a query (or on the worst
+    point), for everyone and, for an analyst with a quota, of her quota.
+
+    ``value`` is the smaller of the two. ``exact`` is False when a maximum-overlap
+    computation ran out of its time limit: the figures are then lower bounds (never
+    more than truly remains).
+    """
+
+    value: float
+    budget: float
+    quota: float | None
+    exact: bool
 
 
 class Curator:
@@ -134,14 +83,15 @@ class Curator:
         *,
         rng: RandomSource,
         group_size: int = 1,
+        solver_time_limit: float = SOLVER_TIME_LIMIT,
     ) -> None:
         self._backends = dict(backends)
         self.budget = budget
         self._ledger = ledger
         self._rng = rng
         self._k = group_size
+        self._time_limit = solver_time_limit
         self._filter = OverlapFilter(budget.amount, budget.currency)
-        self._last_id = 0
         with ledger.lock:
             self._sync()
 
@@ -159,6 +109,7 @@ class Curator:
         tables: Mapping[str, tuple[object, Schema | str | Path]] | None = None,
         rng: RandomSource | None = None,
         allow_insecure: bool = False,
+        solver_time_limit: float = SOLVER_TIME_LIMIT,
         **load_options: Any,
     ) -> Curator:
         """Load the data, open (or create) the ledger, and rebuild the filter from it.
@@ -166,13 +117,23 @@ class Curator:
         ``privacy_unit=("user_id", k)``: each person's rows beyond k are dropped (in file
         order, a rule that reads no other value) and every cost is a per-person cost: the
         noise is calibrated to sensitivity k, which is the k-fold group privacy of the
-        per-row mechanism (seed 003, Lemma 2.8; Bun & Steinke 2016, Prop. 1.9 for zCDP;
-        Dong, Roth & Su 2022 for GDP). ``ledger=None`` keeps the ledger in memory only.
+        per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun & Steinke 2016, Prop. 1.9
+        for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger=None`` keeps the ledger in
+        memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
+        one request may take before safe bounds are used (refusals then conservative).
         """
         from dpcurator.backends import DuckDBBackend
 
         b = Budget.of(budget)
         source = ensure_secure(rng, allow_insecure=allow_insecure)
+        if (
+            isinstance(solver_time_limit, bool)
+            or not isinstance(solver_time_limit, int | float)
+            or not 0 <= solver_time_limit <= 3600
+        ):
+            raise InvalidParameter(
+                f"solver_time_limit must be a number of seconds in [0, 3600], got {solver_time_limit!r}"
+            )
         k = 1
         if privacy_unit is not None:
             if (
@@ -181,10 +142,11 @@ class Curator:
                 or not isinstance(privacy_unit[0], str)
                 or isinstance(privacy_unit[1], bool)
                 or not isinstance(privacy_unit[1], int)
-                or privacy_unit[1] < 1
+                or not 1 <= privacy_unit[1] <= 10**6
             ):
                 raise InvalidParameter(
-                    f"privacy_unit must be (id_column, k) with an integer k >= 1, got {privacy_unit!r}"
+                    "privacy_unit must be (id_column, k) with an integer 1 <= k <= 1000000, "
+                    f"got {privacy_unit!r}"
                 )
             k = privacy_unit[1]
         if tables is None:
@@ -193,8 +155,13 @@ class Curator:
             tables = {DEFAULT_TABLE: (data, schema)}
         elif data is not None or schema is not None:
             raise InvalidParameter("give either data= and schema=, or tables=, not both")
-        if not tables:
-            raise InvalidParameter("tables= is empty")
+        if not isinstance(tables, Mapping) or not tables:
+            raise InvalidParameter("tables= must be a non-empty {name: (data, schema)} mapping")
+        for name, pair in tables.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidParameter(f"table names must be non-empty text, got {name!r}")
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise InvalidParameter(f"table {name!r} must be given as (data, schema)")
         schemas = {
             name: (s if isinstance(s, Schema) else Schema.load(s))
             for name, (_, s) in tables.items()
@@ -217,7 +184,7 @@ class Curator:
             for be in backends.values():
                 be.close()
             raise
-        return cls(backends, b, led, rng=source, group_size=k)
+        return cls(backends, b, led, rng=source, group_size=k, solver_time_limit=solver_time_limit)
 
     def close(self) -> None:
         for be in self._backends.values():
@@ -233,10 +200,10 @@ class Curator:
     # --- the filter's state ------------------------------------------------------------
 
     def _sync(self) -> None:
-        """Read charges committed by other processes (or before a restart)."""
-        for row in self._ledger.charges_after(self._last_id):
+        """Read charges committed by other processes (or before a restart); call it with
+        the ledger's lock held."""
+        for row in self._ledger.charges_after(self._filter.last_id):
             self._filter.add(self._charge_of(row))
-            self._last_id = row.id
 
     def _charge_of(self, row: ChargeRow) -> Charge:
         schema = self._backends[row.table].schema
@@ -244,127 +211,93 @@ class Curator:
         q = Query.from_coverages(schema, covs, text=row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
-    def _table_name(self, table: str | None) -> str:
-        """The table a request names (or the only one)."""
-        if table is None:
-            if len(self._backends) == 1:
-                return next(iter(self._backends))
-            raise InvalidParameter(
-                f"this curator has several tables ({', '.join(sorted(self._backends))}): "
-                "name one with table="
-            )
-        if table not in self._backends:
-            raise InvalidParameter(
-                f"unknown table {table!r}; known: {', '.join(sorted(self._backends))}"
-            )
-        return table
+    def _quota(self, analyst: str | None) -> Fraction | None:
+        if analyst is None:
+            return None
+        quota = self._ledger.quota(analyst)
+        if quota is False:
+            raise InvalidParameter(f"unknown analyst {analyst!r}")
+        return quota  # type: ignore[return-value]
 
-    # --- validation ----------------------------------------------------------------------
+    def _table(self, table: object) -> str:
+        return requests.table_name(table, list(self._backends))
 
-    def _query(self, query: str | Query | None, table: str) -> Query:
-        schema = self._backends[table].schema
-        if query is None:
-            return Query.from_coverages(schema, {})
-        if isinstance(query, Query):
-            if query.schema != schema:
-                raise QueryError(
-                    f"the query was parsed against another schema than table {table!r}'s"
-                )
-            return query
-        if not isinstance(query, str):
-            raise QueryError(f"a query must be text or a Query, got {type(query).__name__}")
-        return parse_query(query, schema)
+    def _schema(self, table: str) -> Schema:
+        return self._backends[table].schema
 
-    def _cost(
-        self, epsilon: object, rho: object, mu: object
-    ) -> tuple[Fraction, PureDP | ZCDP | GDP]:
-        given = {k: v for k, v in (("epsilon", epsilon), ("rho", rho), ("mu", mu)) if v is not None}
+    # --- noise, prepared before anything is charged ------------------------------------
+
+    def _noise(self, cost: Cost, sensitivity: int) -> tuple[Any, int]:
+        """Exact noise that never spends more than the exact cost the ledger charges, and
+        its 95% half-width; every limit is checked here, before the charge.
+
+        The noise is calibrated to the cost's float (epsilon 0.1 gives scale exactly 10);
+        when that float lies above the exact cost (the float 0.1 is 1/10 + 5.5e-18) and
+        the exact check cannot confirm the noise, it is recalibrated to the largest float
+        below the exact cost, which only adds noise.
+        """
+        param = float(cost.param)
+        noise = noise_for_cost(self.budget.guarantee_of(param), sensitivity)
+        if not self._spends_at_most(noise, sensitivity, cost.amount):
+            below = param
+            if Fraction(below) > cost.param:
+                below = math.nextafter(below, 0.0)
+            noise = noise_for_cost(self.budget.guarantee_of(below), sensitivity)
+        return noise, noise.interval(0.05)
+
+    def _spends_at_most(self, noise: object, sensitivity: int, charged: Fraction) -> bool:
+        """Whether the noise's exact privacy cost is within what the ledger charges."""
         cur = self.budget.currency
-        if len(given) != 1 or cur not in given:
-            raise InvalidParameter(
-                f"give the cost as {cur}= (the budget {self.budget.describe()} is kept in {cur})"
-            )
-        value = given[cur]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidParameter(f"{cur} must be a number, got {value!r}")
-        if not math.isfinite(value) or value <= 0:
-            raise InvalidParameter(f"{cur} must be a finite number > 0, got {value!r}")
-        return self.budget.charge(value), _cost_guarantee(cur, value)
+        if cur == "epsilon" and isinstance(noise, DiscreteLaplaceNoise):
+            return Fraction(sensitivity) / noise.scale <= charged
+        if cur == "rho" and isinstance(noise, DiscreteGaussianNoise):
+            return Fraction(sensitivity * sensitivity) / (2 * noise.sigma**2) <= charged
+        return False  # GDP's effective mu is a float: always calibrate from below
 
     # --- check, charge, count, noise ----------------------------------------------------
 
     def _charge(
-        self,
-        table: str,
-        covered: Query,
-        cost: Fraction,
-        kind: str,
-        request: str,
-        noise: str,
-        analyst: str | None,
-    ) -> tuple[int, Fraction]:
-        """Check and charge in one committed transaction; return (charge id, remaining).
-
-        The remaining budget on the covered points is exact when the filter needed its
-        exact computation, and otherwise a lower bound (never more than really remains);
-        :meth:`remaining` is always exact.
-        """
-        with self._ledger.lock, self._ledger.transaction():
-            self._sync()
-            quota = None
-            if analyst is not None:
-                quota = self._ledger.quota(analyst)
-                if quota is False:
-                    raise InvalidParameter(f"unknown analyst {analyst!r}")
-            d = self._filter.decide(table, covered, cost, analyst=analyst, quota=quota)
-            if not d.admitted and d.by == "budget":
-                raise BudgetExceeded(
-                    f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, but "
-                    f"the points it covers have {self._show(d.limit - d.spent)} left of the "
-                    f"budget {self.budget.describe()}"
-                )
-            if not d.admitted:
-                raise BudgetExceeded(
-                    f"refused: {request!r} costs {self._show(cost)} {self.budget.currency}, "
-                    f"but analyst {analyst!r} has {self._show(d.limit - d.spent)} left of the "
-                    f"quota {self._show(d.limit)} on the points it covers"
-                )
-            left = self.budget.amount - d.spent - cost
-            charge_id = self._ledger.insert_charge(
-                analyst=analyst,
-                table=table,
-                kind=kind,
-                request=request,
-                coverage=_coverage_json(covered),
-                cost=cost,
-                level=d.level,
-                noise=noise,
+        self, table: str, batch: Sequence[Request], analyst: str | None
+    ) -> list[tuple[int, Decision]]:
+        """Check and charge every request of ``batch`` in one committed transaction, or
+        none; a refusal raises :class:`BudgetExceeded`, which reads only the public
+        queries and costs."""
+        try:
+            return check_and_charge(
+                self._ledger,
+                self._filter,
+                self._sync,
+                self._quota,
+                table,
+                batch,
+                analyst,
+                self._time_limit,
             )
-        # Committed: only now does the filter (and then the answer) see it.
-        self._filter.add(Charge(charge_id, table, analyst, covered, cost, d.level))
-        self._last_id = max(self._last_id, charge_id)
-        return charge_id, left
+        except Refused as no:
+            raise self._refusal(batch, no, analyst) from None
 
-    def _noise(self, guarantee: PureDP | ZCDP | GDP, sensitivity: int) -> Any:
-        """Exact noise that never spends more than the exact decimal the ledger charges.
-
-        The noise is calibrated to the cost's float (eps 0.1 gives scale exactly 10); when
-        that float lies above the charged decimal (the float 0.1 is 1/10 + 5.5e-18) and the
-        exact check cannot confirm the noise, it is recalibrated to the largest float
-        below the charged decimal.
-        """
+    def _refusal(
+        self, batch: Sequence[Request], no: Refused, analyst: str | None
+    ) -> BudgetExceeded:
+        d, r = no.decision, batch[no.index]
         cur = self.budget.currency
-        param = float(getattr(guarantee, cur))
-        noise = noise_for_cost(guarantee, sensitivity)
-        if _spends_at_most(noise, sensitivity, self.budget.charge(param), cur):
-            return noise
-        below = param
-        if Fraction(below) > exact(param):
-            below = math.nextafter(below, 0.0)
-        return noise_for_cost(_cost_guarantee(cur, below), sensitivity)
-
-    def _show(self, amount: Fraction) -> str:
-        return f"{self.budget.display(amount):.6g}"
+        what = (
+            f"{r.request!r}"
+            if len(batch) == 1
+            else f"query {no.index + 1} of the batch ({r.request!r})"
+        )
+        left = self.budget.show(max(Fraction(0), d.limit - d.spent))
+        whose = (
+            f"the budget {self.budget.describe()}"
+            if d.by == "budget"
+            else f"analyst {analyst!r}'s quota {self.budget.show(d.limit)}"
+        )
+        bound = "" if d.exact else " (at most: the exact check did not finish in its time limit)"
+        tail = "; nothing in the batch was charged" if len(batch) > 1 else ""
+        return BudgetExceeded(
+            f"refused: {what} costs {self.budget.show(r.cost)} {cur}, but the points it covers "
+            f"have {left}{bound} left of {whose}{tail}"
+        )
 
     def _release(
         self,
@@ -375,19 +308,21 @@ class Curator:
         labels: Sequence[str],
         kind: str,
         request: str,
-        cost: Fraction,
-        guarantee: PureDP | ZCDP | GDP,
+        cost: Cost,
         sensitivity: int,
         analyst: str | None,
-        true_values=None,
+        true_values: Callable[[Any], list[int]] | None = None,
     ) -> tuple[int, Fraction, list[Answer]]:
-        noise = self._noise(guarantee, sensitivity * self._k)  # validates before charging
-        charge_id, left = self._charge(table, covered, cost, kind, request, str(noise), analyst)
+        self._quota(analyst)  # an unknown analyst is an error before anything else
+        noise, half = self._noise(cost, sensitivity * self._k)  # every limit before the charge
+        ((charge_id, d),) = self._charge(
+            table, [Request(covered, cost.amount, kind, request, str(noise))], analyst
+        )
+        left = self.budget.amount - d.spent - cost.amount
         be = self._backends[table]
         truth = be.counts(list(cells)) if true_values is None else true_values(be)
         drawn = np.atleast_1d(noise.sample(size=len(cells), rng=self._rng))
         noisy = [int(t) + int(z) for t, z in zip(np.atleast_1d(truth), drawn, strict=True)]
-        half = noise.interval(0.05)
         name, param = _describe(noise)
         remaining = self.budget.display(left)
         answers = [
@@ -396,7 +331,7 @@ class Curator:
                 v,
                 name,
                 param,
-                self.budget.display(cost),
+                self.budget.display(cost.amount),
                 self.budget.currency,
                 half,
                 remaining,
@@ -404,9 +339,7 @@ class Curator:
             )
             for label, v in zip(labels, noisy, strict=True)
         ]
-        self._ledger.record_answer(
-            charge_id, {lab: v for lab, v in zip(labels, noisy, strict=True)}
-        )
+        self._ledger.record_answer(charge_id, dict(zip(labels, noisy, strict=True)))
         return charge_id, left, answers
 
     def _release_table(
@@ -417,8 +350,7 @@ class Curator:
         labels: list[str],
         kind: str,
         request: str,
-        cost: Fraction,
-        guarantee: PureDP | ZCDP | GDP,
+        cost: Cost,
         analyst: str | None,
     ) -> TableAnswer:
         """Disjoint cells of one histogram or marginal: one charge on their union."""
@@ -430,14 +362,13 @@ class Curator:
             kind=kind,
             request=request,
             cost=cost,
-            guarantee=guarantee,
             sensitivity=1,
             analyst=analyst,
         )
         return TableAnswer(
             request,
             tuple(answers),
-            self.budget.display(cost),
+            self.budget.display(cost.amount),
             self.budget.currency,
             self.budget.display(left),
             charge_id,
@@ -456,9 +387,9 @@ class Curator:
         _analyst: str | None = None,
     ) -> Answer:
         """A noisy count of the rows satisfying ``query`` (None: all rows)."""
-        t = self._table_name(table)
-        q = self._query(query, t)
-        cost, g = self._cost(epsilon, rho, mu)
+        t = self._table(table)
+        q = requests.canonical_query(query, self._schema(t))
+        cost = self.budget.cost(epsilon, rho, mu)
         text = q.text or "total"
         _, _, answers = self._release(
             table=t,
@@ -468,7 +399,6 @@ class Curator:
             kind="count",
             request=text,
             cost=cost,
-            guarantee=g,
             sensitivity=1,
             analyst=_analyst,
         )
@@ -489,53 +419,35 @@ class Curator:
         """Noisy counts of every value (or half-open integer bin) of ``attribute``.
 
         The bins are disjoint, so the histogram costs its cost once on every point it
-        covers (seed 002, Thm 5; DESIGN.md §7), not once per bin.
+        covers (Smith et al. 2022, Thm 5), not once per bin.
         """
-        t = self._table_name(table)
-        schema = self._backends[t].schema
-        if not isinstance(attribute, str) or attribute not in schema:
-            raise QueryError(f"unknown attribute {attribute!r}")
-        attr = schema.attribute(attribute)
-        base = self._query(where, t)
-        cost, g = self._cost(epsilon, rho, mu)
+        t = self._table(table)
+        schema = self._schema(t)
+        attr = schema.attribute(requests.attribute_name(attribute, schema))
+        base = requests.canonical_query(where, schema)
+        cost = self.budget.cost(epsilon, rho, mu)
         if bins is None:
+            if attr.size > requests.MAX_CELLS:
+                raise InvalidParameter(
+                    f"a histogram of {attr.size} cells exceeds {requests.MAX_CELLS}: give bins="
+                )
             spans = [(i, i + 1) for i in range(attr.size)]
-            labels = [str(attr.value(i)) for i in range(attr.size)]
         else:
-            spans, labels = self._bins(attr, bins)
-        if len(spans) > MAX_CELLS:
-            raise InvalidParameter(f"a histogram of {len(spans)} cells exceeds {MAX_CELLS}")
-        cells = [_and(base, {attribute: (s,)}) for s in spans]
-        covered = _and(base, {attribute: tuple(spans)}) if bins is not None else base
-        request = f"histogram({attribute}{'' if bins is None else f', bins={list(bins)}'})"
+            spans, _ = requests.histogram_bins(attr, bins)
+        if len(spans) > requests.MAX_CELLS:
+            raise InvalidParameter(
+                f"a histogram of {len(spans)} cells exceeds {requests.MAX_CELLS}"
+            )
+        cells = [_and(base, {attr.name: (s,)}) for s in spans]
+        covered = _and(base, {attr.name: tuple(spans)}) if bins is not None else base
+        edges = (
+            None if bins is None else [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
+        )
+        request = f"histogram({attr.name}{'' if edges is None else f', bins={edges}'})"
         if where is not None:
             request += f" where {base.text}"
-        full = [
-            f"{attribute} = {lab}" if bins is None else f"{attribute} in {lab}" for lab in labels
-        ]
-        return self._release_table(t, covered, cells, full, "histogram", request, cost, g, _analyst)
-
-    @staticmethod
-    def _bins(attr: Any, bins: Sequence[int]) -> tuple[list[tuple[int, int]], list[str]]:
-        if attr.type != "integer":
-            raise QueryError(f"bins= needs an integer attribute; {attr.name!r} is categorical")
-        try:
-            edges = [int(b) for b in bins]
-        except (TypeError, ValueError):
-            raise QueryError(f"bins must be integers, got {bins!r}") from None
-        if any(float(b) != e for b, e in zip(bins, edges, strict=True)):
-            raise QueryError(f"bins must be integers, got {bins!r}")
-        if len(edges) < 2 or any(b >= a for a, b in zip(edges[1:], edges, strict=False)):
-            raise QueryError(f"bins must be at least two strictly increasing edges, got {bins!r}")
-        lo, hi = 0, attr.size
-        first, last = edges[0] - attr.min, edges[-1] - attr.min
-        if first < lo or last > hi:
-            raise QueryError(
-                f"bins {edges} leave the domain of {attr.name!r} [{attr.min}, {attr.max}] "
-                "(bins are half-open: the last edge may be max + 1)"
-            )
-        spans = [(a - attr.min, b - attr.min) for a, b in itertools.pairwise(edges)]
-        return spans, [f"[{a}, {b})" for a, b in itertools.pairwise(edges)]
+        labels = [Query.from_coverages(schema, {attr.name: (s,)}).to_text() for s in spans]
+        return self._release_table(t, covered, cells, labels, "histogram", request, cost, _analyst)
 
     def marginal(
         self,
@@ -550,33 +462,32 @@ class Curator:
     ) -> TableAnswer:
         """Noisy counts of every cell of the product of ``attributes``' values: disjoint
         cells, charged once on every point they cover."""
-        t = self._table_name(table)
-        schema = self._backends[t].schema
-        if isinstance(attributes, str) or not attributes:
+        t = self._table(table)
+        schema = self._schema(t)
+        if isinstance(attributes, str):
+            raise QueryError("marginal needs a list of attribute names, not one string")
+        names = requests.bounded_list(attributes, len(schema), "attributes")
+        if not names:
             raise QueryError("marginal needs a non-empty list of attribute names")
-        for a in attributes:
-            if a not in schema:
-                raise QueryError(f"unknown attribute {a!r}")
-        if len(set(attributes)) != len(attributes):
-            raise QueryError(f"repeated attribute in marginal {list(attributes)}")
-        base = self._query(where, t)
-        cost, g = self._cost(epsilon, rho, mu)
-        attrs = [schema.attribute(a) for a in attributes]
+        for a in names:
+            requests.attribute_name(a, schema)
+        if len(set(names)) != len(names):
+            raise QueryError(f"repeated attribute in marginal {names}")
+        base = requests.canonical_query(where, schema)
+        cost = self.budget.cost(epsilon, rho, mu)
+        attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
-        if n > MAX_CELLS:
-            raise InvalidParameter(f"a marginal of {n} cells exceeds {MAX_CELLS}")
+        if n > requests.MAX_CELLS:
+            raise InvalidParameter(f"a marginal of {n} cells exceeds {requests.MAX_CELLS}")
         cells, labels = [], []
         for combo in itertools.product(*(range(a.size) for a in attrs)):
-            cells.append(
-                _and(base, {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)})
-            )
-            labels.append(
-                ", ".join(f"{a.name} = {a.value(i)}" for a, i in zip(attrs, combo, strict=True))
-            )
-        request = f"marginal({', '.join(attributes)})" + (
+            cell = {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
+            cells.append(_and(base, cell))
+            labels.append(Query.from_coverages(schema, cell).to_text())
+        request = f"marginal({', '.join(names)})" + (
             f" where {base.text}" if where is not None else ""
         )
-        return self._release_table(t, base, cells, labels, "marginal", request, cost, g, _analyst)
+        return self._release_table(t, base, cells, labels, "marginal", request, cost, _analyst)
 
     def sum(
         self,
@@ -597,34 +508,19 @@ class Curator:
         integers: the clipped sum of an integer attribute is then an integer, and integer
         noise hides all of it (a fractional part would leak untouched).
         """
-        t = self._table_name(table)
-        schema = self._backends[t].schema
-        if not isinstance(attribute, str) or attribute not in schema:
-            raise QueryError(f"unknown attribute {attribute!r}")
-        if schema.attribute(attribute).type != "integer":
-            raise QueryError(f"sum needs an integer attribute; {attribute!r} is categorical")
-        for name, v in (("lower", lower), ("upper", upper)):
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, int | float)
-                or not math.isfinite(v)
-                or v != int(v)
-            ):
-                raise InvalidParameter(f"{name} must be a finite integer, got {v!r}")
-        lo, hi = int(lower), int(upper)
-        if lo > hi:
-            raise InvalidParameter(f"lower must be <= upper, got [{lo}, {hi}]")
+        t = self._table(table)
+        schema = self._schema(t)
+        name = requests.attribute_name(attribute, schema)
+        if schema.attribute(name).type != "integer":
+            raise QueryError(f"sum needs an integer attribute; {name!r} is categorical")
+        lo, hi = requests.clip_bounds(lower, upper)
         sensitivity = max(abs(lo), abs(hi))
-        if sensitivity == 0:
-            raise InvalidParameter("clip bounds [0, 0] make every sum 0: nothing to release")
-        base = self._query(where, t)
-        cost, g = self._cost(epsilon, rho, mu)
-        request = f"sum({attribute}, {lo}, {hi})" + (
-            f" where {base.text}" if where is not None else ""
-        )
+        base = requests.canonical_query(where, schema)
+        cost = self.budget.cost(epsilon, rho, mu)
+        request = f"sum({name}, {lo}, {hi})" + (f" where {base.text}" if where is not None else "")
 
         def truth(be: Any) -> list[int]:
-            return [round(be.clipped_sum(attribute, lo, hi, base))]
+            return [int(be.clipped_sum(name, lo, hi, base))]
 
         _, _, answers = self._release(
             table=t,
@@ -634,7 +530,6 @@ class Curator:
             kind="sum",
             request=request,
             cost=cost,
-            guarantee=g,
             sensitivity=sensitivity,
             analyst=_analyst,
             true_values=truth,
@@ -651,75 +546,55 @@ class Curator:
         _analyst: str | None = None,
     ) -> list[Answer]:
         """Release a batch of counts, each with its own cost (in the budget's currency),
-        all or nothing: either every query passes the filter and is charged, in one
-        committed transaction, or none is (:class:`BudgetExceeded` names the first that
-        does not fit). All counts are then taken in one scan."""
-        t = self._table_name(table)
-        qs = [self._query(q, t) for q in queries]
-        if len(costs) != len(qs):
-            raise InvalidParameter(f"got {len(costs)} costs for {len(qs)} queries")
+        all or nothing: either every query passes the filter (and the analyst's quota)
+        and is charged, in one committed transaction, or none is (:class:`BudgetExceeded`
+        names the first that does not fit). All counts are then taken in one scan."""
+        t = self._table(table)
+        schema = self._schema(t)
+        if not isinstance(kind, str) or not kind.isidentifier():
+            raise InvalidParameter(f"kind must be a short identifier, got {kind!r}")
+        raw_queries = requests.bounded_list(queries, requests.MAX_BATCH, "queries")
+        raw_costs = requests.bounded_list(costs, requests.MAX_BATCH, "costs")
+        if len(raw_costs) != len(raw_queries):
+            raise InvalidParameter(f"got {len(raw_costs)} costs for {len(raw_queries)} queries")
+        if not raw_queries:
+            raise InvalidParameter("a release needs at least one query")
+        qs = [requests.canonical_query(q, schema) for q in raw_queries]
         cur = self.budget.currency
-        priced = [
-            self._cost(*(c if k == cur else None for k in ("epsilon", "rho", "mu"))) for c in costs
+        priced = [self.budget.cost(**{cur: c}) for c in raw_costs]
+        self._quota(_analyst)
+        prepared: dict[Fraction, tuple[Any, int]] = {}
+        for c in priced:  # every noise and its limits before the charge
+            if c.param not in prepared:
+                prepared[c.param] = self._noise(c, self._k)
+        batch = [
+            Request(q, c.amount, kind, q.text or "total", str(prepared[c.param][0]))
+            for q, c in zip(qs, priced, strict=True)
         ]
-        noises = [self._noise(g, self._k) for _, g in priced]  # validates before charging
-        ids: list[int] = []
-        with self._ledger.lock, self._ledger.transaction():
-            self._sync()
-            mark = self._filter.snapshot()
-            try:
-                for i, (q, (cost, _), noise) in enumerate(zip(qs, priced, noises, strict=True)):
-                    d = self._filter.decide(t, q, cost)
-                    if not d.admitted:
-                        raise BudgetExceeded(
-                            f"refused: query {i + 1} of the batch ({q.text!r}) costs "
-                            f"{self._show(cost)} {cur}, but its points have "
-                            f"{self._show(d.limit - d.spent)} left of the budget "
-                            f"{self.budget.describe()}; nothing in the batch was charged"
-                        )
-                    charge_id = self._ledger.insert_charge(
-                        analyst=_analyst,
-                        table=t,
-                        kind=kind,
-                        request=q.text or "total",
-                        coverage=_coverage_json(q),
-                        cost=cost,
-                        level=d.level,
-                        noise=str(noise),
-                    )
-                    self._filter.add(Charge(charge_id, t, _analyst, q, cost, d.level))
-                    ids.append(charge_id)
-            except BaseException:
-                self._filter.rollback(mark)
-                raise
-        self._last_id = max(self._last_id, *ids) if ids else self._last_id
-        truth = np.asarray(self._backends[t].counts(qs), dtype=np.int64)
-        noisy = truth.copy()
-        by_noise: dict[object, list[int]] = {}
-        for i, noise in enumerate(noises):
-            by_noise.setdefault(noise, []).append(i)
-        for noise, idx in by_noise.items():  # one vectorised draw per distinct noise
-            noisy[idx] += np.atleast_1d(noise.sample(size=len(idx), rng=self._rng))
+        charged = self._charge(t, batch, _analyst)
+        truth = [int(v) for v in self._backends[t].counts(qs)]
+        noisy = list(truth)
+        by_noise: dict[Fraction, list[int]] = {}
+        for i, c in enumerate(priced):
+            by_noise.setdefault(c.param, []).append(i)
+        for param, idx in by_noise.items():  # one vectorised draw per distinct noise
+            draws = np.atleast_1d(prepared[param][0].sample(size=len(idx), rng=self._rng))
+            for i, z in zip(idx, draws, strict=True):
+                noisy[i] += int(z)
         answers = []
-        for i, (q, (cost, _), noise, charge_id) in enumerate(
-            zip(qs, priced, noises, ids, strict=True)
-        ):
+        for i, (q, c, (charge_id, _)) in enumerate(zip(qs, priced, charged, strict=True)):
+            noise, half = prepared[c.param]
             name, param = _describe(noise)
-            # Remaining after the whole batch, from the levels: a lower bound.
-            left = (
-                self.budget.amount
-                - self._filter.quick_local(t, q)
-                - self._filter.quick_elsewhere(t)
-            )
+            left = remaining_after(self._filter, t, q)  # after the whole batch: a lower bound
             answers.append(
                 Answer(
                     q.text or "total",
-                    int(noisy[i]),
+                    noisy[i],
                     name,
                     param,
-                    self.budget.display(cost),
+                    self.budget.display(c.amount),
                     cur,
-                    noise.interval(0.05),
+                    half,
                     self.budget.display(max(left, Fraction(0))),
                     charge_id,
                 )
@@ -729,6 +604,54 @@ class Curator:
 
     # --- budget and history ------------------------------------------------------------
 
+    def remaining_detail(
+        self,
+        query: str | Query | None = None,
+        *,
+        table: str | None = None,
+        _analyst: str | None = None,
+    ) -> Remaining:
+        """What is left on the points ``query`` covers (on the worst point if None), for
+        everyone and of the analyst's quota, and whether the figures are exact.
+
+        The exact maximum-overlap computations run on a fork of the filter, without the
+        ledger's lock, within the curator's solver time limit."""
+        q: Query | None = None
+        t: str | None = None
+        if query is not None:
+            t = self._table(table)
+            q = requests.canonical_query(query, self._schema(t))
+        with self._ledger.lock:
+            self._sync()
+            quota = self._quota(_analyst)
+            fork = self._filter.fork()
+        deadline = time.monotonic() + self._time_limit
+
+        def spent(analyst: str | None) -> tuple[Fraction, bool]:
+            if q is None:
+                loss = fork.spent_anywhere(analyst, deadline=deadline)
+            else:
+                assert t is not None
+                loss = fork.spent_on(t, q, analyst, deadline=deadline)
+            return loss.value, loss.exact
+
+        everyone, exact = spent(None)
+        left = self.budget.amount - everyone
+        quota_left = None
+        if quota is not None:
+            mine, mine_exact = spent(_analyst)
+            quota_left = quota - mine
+            exact = exact and mine_exact
+        with self._ledger.lock:
+            self._filter.adopt(fork, fork.version)
+        value = left if quota_left is None else min(left, quota_left)
+        return Remaining(
+            self.budget.display(value),
+            self.budget.display(left),
+            None if quota_left is None else self.budget.display(quota_left),
+            exact,
+        )
+
     def remaining(
         self,
         query: str | Query | None = None,
@@ -737,25 +660,10 @@ class Curator:
         _analyst: str | None = None,
     ) -> float:
         """The budget left on the points ``query`` covers (on the worst point if None),
-        in the budget's own unit (epsilon, rho or mu)."""
-        with self._ledger.lock:
-            self._sync()
-            if query is None:
-                spent = self._filter.spent_anywhere()
-            else:
-                t = self._table_name(table)
-                spent = self._filter.spent_on(t, self._query(query, t))
-            left = self.budget.amount - spent
-            if _analyst is not None:
-                quota = self._ledger.quota(_analyst)
-                if quota not in (None, False):
-                    if query is None:
-                        mine = self._filter.spent_anywhere(_analyst)
-                    else:
-                        t = self._table_name(table)
-                        mine = self._filter.spent_on(t, self._query(query, t), _analyst)
-                    left = min(left, quota - mine)
-        return self.budget.display(left)
+        in the budget's own unit (epsilon, rho or mu); for an analyst with a quota, the
+        smaller of that and her quota left. Exact, unless the maximum-overlap computation
+        ran out of time: then a lower bound (:meth:`remaining_detail` says which)."""
+        return self.remaining_detail(query, table=table, _analyst=_analyst).value
 
     def history(self, _analyst: str | None = None) -> list[HistoryEntry]:
         """Every charge in the ledger (all processes), oldest first."""
@@ -778,22 +686,26 @@ class Curator:
         ]
 
     def analyst(self, name: str, quota: float | None = None) -> AnalystSession:
-        """A session whose spending counts against its own ``quota`` (in the budget's
-        currency, overlap-aware like the budget) and the global budget."""
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidParameter("an analyst needs a non-empty name")
-        q = None
-        if quota is not None:
-            if (
-                isinstance(quota, bool)
-                or not isinstance(quota, int | float)
-                or not math.isfinite(quota)
-                or quota <= 0
-            ):
-                raise InvalidParameter(f"quota must be a finite number > 0, got {quota!r}")
-            q = self.budget.charge(quota)
-        self._ledger.set_quota(name, q)
+        """A session whose spending counts against its own quota (in the budget's
+        currency, overlap-aware like the budget) and the global budget.
+
+        A new analyst gets ``quota`` (None: no quota of her own). For a known analyst,
+        ``quota=None`` keeps the quota the ledger holds: a quota, once set, holds until
+        :meth:`set_quota` changes it.
+        """
+        name = requests.analyst_name(name)
+        with self._ledger.lock:
+            known = self._ledger.quota(name) is not False
+        if quota is not None or not known:
+            self.set_quota(name, quota)
         return AnalystSession(self, name)
+
+    def set_quota(self, name: str, quota: float | None) -> None:
+        """Set (or with None, remove) an analyst's quota, registering her if new."""
+        name = requests.analyst_name(name)
+        q = None if quota is None else self.budget.additive(exact_number(quota, "quota"))
+        with self._ledger.lock:
+            self._ledger.set_quota(name, q)
 
 
 class AnalystSession:
@@ -819,8 +731,16 @@ class AnalystSession:
     ) -> Answer:
         return self._c.sum(attribute, lower, upper, where, _analyst=self.name, **kw)
 
+    def release(
+        self, queries: Sequence[str | Query], costs: Sequence[float], **kw: Any
+    ) -> list[Answer]:
+        return self._c.release(queries, costs, _analyst=self.name, **kw)
+
     def remaining(self, query: str | Query | None = None, **kw: Any) -> float:
         return self._c.remaining(query, _analyst=self.name, **kw)
+
+    def remaining_detail(self, query: str | Query | None = None, **kw: Any) -> Remaining:
+        return self._c.remaining_detail(query, _analyst=self.name, **kw)
 
     def history(self) -> list[HistoryEntry]:
         return self._c.history(_analyst=self.name)

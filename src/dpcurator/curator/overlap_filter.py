@@ -1,4 +1,4 @@
-"""The overlap-aware privacy filter (DESIGN.md §7): pure bookkeeping, no I/O, no data.
+"""The overlap-aware privacy filter: pure bookkeeping, no I/O, no data.
 
 For every point x of a table's domain, the loss L(x) is the sum of the costs of the
 answered queries whose coverage contains x; it is never stored per point, but derived
@@ -12,24 +12,33 @@ output distribution on both, so for this pair the interaction is an ordinary add
 filter with costs c_q [x in C_q] — valid in the budget's additive currency (pure DP:
 Dwork & Roth 2014, Lemma 2.6; zCDP: Feldman & Zrnic 2021; Gaussian DP: Smith & Thakurta
 2022). The refusal rule reads only the public queries and costs, never the data. A person
-can appear in several tables (seed 003's two hospitals) at unknown points, so the other
-tables are charged at their worst point: queries on different tables compose sequentially.
+can appear in several tables (Dwork & Roth's two hospitals) at unknown points, so the
+other tables are charged at their worst point: queries on different tables compose
+sequentially.
 
 All arithmetic is exact: costs are fractions, and the maximum-overlap solver receives
-integer weights (costs times the common denominator), which float64 represents exactly.
+integer weights (costs times the common denominator).
 
-The fast path. Each charge a records its *level* s_a: an upper bound on L(x) for every x
-in C_a right after a was admitted. A point's loss never grows after the last charge that
-covers it, so L(x) <= s_a for that last charge a; hence max_{x in C_q} L(x) <= max of
-s_a over the charges a overlapping q (or over any superset of them). That bound costs a
-few vector compares. The filter admits on the bound when it fits; it runs the exact
-maximum-overlap computation only when the bound would refuse, so every refusal is exact:
-a query is refused only when some point it covers would really pass the budget.
+The fast path. Each charge a has a *level* s_a: an upper bound on L(x) for every x whose
+last covering charge is a. A point's loss never grows after the last charge that covers
+it, so L(x) <= s_a for that charge; hence max_{x in C_q} L(x) <= max of s_a over the
+charges a overlapping q. That bound costs a few vector compares. The filter admits on
+the bound when it fits, and runs the exact maximum-overlap computation only when the
+bound would refuse, so a refusal is exact unless the solver ran out of time (then it is
+conservative, and says so). Exact results also *lower* levels: once max L over C_q is
+known to be E, every charge whose coverage lies inside C_q can have level E.
+
+Slow checks never hold a lock. The curator forks the filter (:meth:`OverlapFilter.fork`)
+under its lock, decides on the fork without any lock (the exact computation may take
+seconds), and then re-validates under the lock: charges committed meanwhile can only add
+their costs to the points they cover (:meth:`OverlapFilter.increments_since`), so the
+decision on the fork plus those costs is an upper bound on the present loss.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -40,20 +49,25 @@ from dpcurator.queries import Query, Schema, max_overlap
 from dpcurator.queries.dense import dense_max_overlap
 from dpcurator.queries.predicates import disjoint, intersect
 
-#: Seconds the exact solver may take per check before a safe upper bound is used instead.
+#: Seconds the exact maximum-overlap computations of one request may take in all, before
+#: safe upper bounds are used instead.
 SOLVER_TIME_LIMIT = 5.0
 
 
 @dataclass(frozen=True)
 class Charge:
-    """One answered request: the points it covered (``query``) and what it cost there."""
+    """One answered request: the points it covered (``query``) and what it cost there.
+
+    ``level`` is the level recorded when it was admitted (see the module docstring); the
+    filter may later lower it in memory when an exact computation shows a smaller bound.
+    """
 
     id: int
     table: str
     analyst: str | None
     query: Query
     cost: Fraction
-    level: Fraction  # upper bound on L(x) over C_query right after this charge
+    level: Fraction
 
 
 def restrict(query: Query, to: Query) -> Query:
@@ -63,36 +77,59 @@ def restrict(query: Query, to: Query) -> Query:
     return Query.from_coverages(query.schema, covs, text=query.text)
 
 
+def contains(outer: Query, inner: Query) -> bool:
+    """Whether C_inner ⊆ C_outer (attribute by attribute, for conjunctions)."""
+    if inner.is_empty:
+        return True
+    return all(
+        intersect(inner.coverage(p.attribute.name), p.coverage) == inner.coverage(p.attribute.name)
+        for p in outer.predicates
+    )
+
+
 def _key(q: Query) -> tuple:
     return tuple((p.attribute.name, p.coverage) for p in q.predicates)
 
 
 @dataclass(frozen=True)
 class Loss:
-    """The largest loss over some set of points, with a point where it is reached."""
+    """The largest loss over some set of points, with a point where it is reached.
+
+    ``exact`` is False when the solver stopped at its time limit: ``value`` is then a
+    safe upper bound.
+    """
 
     value: Fraction
     exact: bool
     witness: dict[str, int | str] | None = field(default=None, compare=False)
 
 
-def max_loss(charges: Iterable[Charge], within: Query | None = None) -> Loss:
+def max_loss(
+    charges: Iterable[Charge],
+    within: Query | None = None,
+    *,
+    time_limit: float = SOLVER_TIME_LIMIT,
+) -> Loss:
     """max over x in C_within (the whole domain if None) of the sum of covering costs.
 
     Charges that do not meet C_within may be passed: they add nothing there. Exact
-    unless the solver hits :data:`SOLVER_TIME_LIMIT`; then a safe upper bound (rounded
-    up), which can only make the filter refuse more, never less.
+    unless the solver hits ``time_limit``; then a safe upper bound (rounded up), which
+    can only make the filter refuse more, never less. Never raises on large exact
+    rationals: weights that do not fit a float's 53 bits go to the solver as floats
+    with a relative margin that covers their rounding.
     """
-    live = [c for c in charges if not c.query.is_empty]
     if within is not None and within.is_empty:
         return Loss(Fraction(0), True, None)
+    live = [c for c in charges if not c.query.is_empty]
     if not live:
         return Loss(Fraction(0), True, None)
     scale = math.lcm(*{c.cost.denominator for c in live})
-    ints = np.array([float(c.cost * scale) for c in live])
-    if len(live) > 1 and ints.sum() < 2**53:
+    weights = [c.cost.numerator * (scale // c.cost.denominator) for c in live]
+    if len(live) > 1 and sum(weights) < 2**53:
         # Small grids of elementary segments: exact by prefix sums, no restriction needed.
-        dense = dense_max_overlap([c.query for c in live], ints, within=within)
+        dense = dense_max_overlap(
+            [c.query for c in live], np.array(weights, dtype=np.float64), within=within
+        )
         if dense is not None:
             return Loss(Fraction(round(dense[0]), scale), True, dense[1])
     merged: dict[tuple, tuple[Query, Fraction]] = {}
@@ -114,22 +151,26 @@ def max_loss(charges: Iterable[Charge], within: Query | None = None) -> Loss:
     queries = [q for q, _ in merged.values()]
     costs = [w for _, w in merged.values()]
     scale = math.lcm(*(w.denominator for w in costs))
-    weights = [int(w * scale) for w in costs]
-    if sum(weights) < 2**53:
-        res = max_overlap(queries, weights=weights, time_limit=SOLVER_TIME_LIMIT)
+    ints = [w.numerator * (scale // w.denominator) for w in costs]
+    limit = max(0.0, time_limit)
+    if sum(ints) < 2**53:
+        res = max_overlap(queries, weights=ints, time_limit=limit)
         value = round(res.value) if res.exact else math.ceil(res.value)
         return Loss(Fraction(value, scale), res.exact, dict(res.witness) if res.exact else None)
-    # Astronomical denominators: fall back to floats with a relative safety margin.
-    floats = [float(w) for w in costs]
-    res = max_overlap(queries, weights=floats, time_limit=SOLVER_TIME_LIMIT)
-    upper = (
-        Fraction(res.value) * (1 + Fraction(1, 10**9)) if res.exact else Fraction(res.upper_bound)
-    )
-    return Loss(upper, False, None)
+    # Astronomical numerators or denominators: floats, each rounded up, with a margin
+    # far above the rounding error of summing them (n * 2^-53 relative).
+    floats = [_float_up(w) for w in costs]
+    res = max_overlap(queries, weights=floats, time_limit=limit)
+    bound = Fraction(res.value if res.exact else res.upper_bound)
+    return Loss(bound * (1 + Fraction(1, 10**9)), False, None)
 
 
 def _float_up(x: Fraction) -> float:
-    f = float(x)
+    """The smallest float >= x (inf if x is beyond the float range)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return math.inf
     return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
@@ -139,13 +180,26 @@ class _TableIndex:
     largest level read, in a few vector operations (10^4 charges: ~0.2 ms)."""
 
     def __init__(self, schema: Schema) -> None:
+        self.schema = schema
         self.names = {name: j for j, name in enumerate(schema.names)}
         self.sizes = np.array([schema.attribute(n).size for n in schema.names], dtype=np.int64)
         self.charges: list[Charge] = []
+        self.levels: list[Fraction] = []  # current levels (exact), may be lowered
         self.lo = np.zeros((64, len(self.names)), dtype=np.int64)
         self.hi = np.zeros((64, len(self.names)), dtype=np.int64)
         self.level = np.zeros(64)  # float levels rounded up: safe for bounds
-        self.top = Fraction(0)  # max level: bounds max_x L(x) over the whole table
+
+    def copy(self) -> _TableIndex:
+        new = _TableIndex.__new__(_TableIndex)
+        new.schema, new.names, new.sizes = self.schema, self.names, self.sizes
+        new.charges, new.levels = list(self.charges), list(self.levels)
+        new.lo, new.hi, new.level = self.lo.copy(), self.hi.copy(), self.level.copy()
+        return new
+
+    @property
+    def top(self) -> Fraction:
+        """The largest level: bounds max_x L(x) over the whole table."""
+        return max(self.levels, default=Fraction(0))
 
     def add(self, charge: Charge) -> None:
         n = len(self.charges)
@@ -154,15 +208,29 @@ class _TableIndex:
             self.hi = np.concatenate([self.hi, np.zeros_like(self.hi)])
             self.level = np.concatenate([self.level, np.zeros_like(self.level)])
         self.charges.append(charge)
-        if charge.query.is_empty:
-            return  # lo = hi = 0: overlaps nothing
+        self.levels.append(charge.level)
         self.lo[n] = 0
+        self.hi[n] = 0  # lo = hi = 0: overlaps nothing (empty charges stay so)
+        self.level[n] = _float_up(charge.level)
+        if charge.query.is_empty:
+            return
         self.hi[n] = self.sizes
         for p in charge.query.predicates:
             j = self.names[p.attribute.name]
             self.lo[n, j], self.hi[n, j] = p.coverage[0][0], p.coverage[-1][1]
-        self.level[n] = _float_up(charge.level)
-        self.top = max(self.top, charge.level)
+
+    def truncate(self, keep: int) -> None:
+        del self.charges[keep:]
+        del self.levels[keep:]
+        self.level[keep:] = 0
+        self.hi[keep:] = 0
+        self.lo[keep:] = 0
+
+    def lower(self, i: int, value: Fraction) -> None:
+        """Lower charge i's level to ``value`` (never raise it)."""
+        if value < self.levels[i]:
+            self.levels[i] = value
+            self.level[i] = _float_up(value)
 
     def _hull_mask(self, query: Query) -> np.ndarray:
         """Charges whose per-attribute hulls meet the query's: a superset of the overlapping."""
@@ -180,28 +248,36 @@ class _TableIndex:
         if query.is_empty or not self.charges:
             return Fraction(0)
         if refine:
-            return max((c.level for c in self.overlapping(query)), default=Fraction(0))
+            return max(
+                (self.levels[i] for i in self.overlapping_positions(query)), default=Fraction(0)
+            )
         levels = self.level[: len(self.charges)][self._hull_mask(query)]
         return Fraction(float(levels.max())) if levels.size else Fraction(0)
 
-    def candidates(self, query: Query) -> list[Charge]:
-        """The charges whose hulls meet ``query``'s: a superset of those overlapping it."""
+    def candidate_positions(self, query: Query) -> list[int]:
         if query.is_empty or not self.charges:
             return []
-        return [self.charges[i] for i in np.flatnonzero(self._hull_mask(query))]
+        return np.flatnonzero(self._hull_mask(query)).tolist()
 
-    def overlapping(self, query: Query) -> list[Charge]:
-        """The charges that share at least one point with ``query`` (exact)."""
-        return [c for c in self.candidates(query) if not disjoint(c.query, query)]
+    def candidates(self, query: Query) -> list[Charge]:
+        """The charges whose hulls meet ``query``'s: a superset of those overlapping it."""
+        return [self.charges[i] for i in self.candidate_positions(query)]
+
+    def overlapping_positions(self, query: Query) -> list[int]:
+        return [
+            i for i in self.candidate_positions(query) if not disjoint(self.charges[i].query, query)
+        ]
 
 
 @dataclass(frozen=True)
 class Decision:
     """The filter's verdict on one request.
 
-    ``spent`` is what the covered points had lost before (in the limiting currency):
-    exact when the request is refused, possibly an upper bound when it is admitted.
-    ``level`` is the new charge's level; ``by`` names what refused it (budget or quota).
+    ``spent`` is what the covered points had lost before, over all analysts, and
+    ``mine`` what the requesting analyst's own charges cost them (both upper bounds,
+    exact when they decided a refusal unless ``exact`` is False). ``limit`` is the
+    budget or quota that decided; ``level`` is the new charge's level; ``by`` names what
+    refused it (``budget`` or ``quota``).
     """
 
     admitted: bool
@@ -209,82 +285,151 @@ class Decision:
     limit: Fraction
     level: Fraction
     by: str = ""
+    exact: bool = True
+    mine: Fraction = Fraction(0)
 
 
 class OverlapFilter:
-    """The refusal rule of DESIGN.md §7 over several tables about the same people.
+    """The refusal rule over several tables about the same people.
 
     Mutable bookkeeping only: the curator holds the lock and the durable ledger.
-    ``quick_*`` methods return valid upper bounds; the others are exact.
+    ``quick_*`` methods return valid upper bounds; the others are exact unless the
+    solver's time runs out, and say so.
     """
 
     def __init__(self, budget: Fraction, currency: str) -> None:
         self.budget = budget
         self.currency = currency
         self._tables: dict[str, _TableIndex] = {}
-        self._worst: dict[tuple[str, str | None], Fraction] = {}  # cache of max_x L_T(x)
+        self._log: list[Charge] = []  # every charge, in the order added
+        self._ids: set[int] = set()
+        self.last_id = 0  # the largest committed charge id held
+        self._worst: dict[tuple[str, str | None], Loss] = {}  # cache of max_x L_T(x)
 
-    def add(self, charge: Charge) -> None:
+    # --- state ------------------------------------------------------------------------
+
+    def add(self, charge: Charge) -> bool:
+        """Add a committed charge; a charge already known (same id) is ignored."""
+        if charge.id in self._ids:
+            return False
         index = self._tables.get(charge.table)
         if index is None:
             index = self._tables[charge.table] = _TableIndex(charge.query.schema)
         index.add(charge)
-        for key in [k for k in self._worst if k[0] == charge.table]:
+        self._log.append(charge)
+        self._ids.add(charge.id)
+        self.last_id = max(self.last_id, charge.id)
+        self._forget(charge.table)
+        return True
+
+    def _forget(self, table: str) -> None:
+        for key in [k for k in self._worst if k[0] == table]:
             del self._worst[key]
 
-    def snapshot(self) -> dict[str, int]:
-        """How many charges each table has: a point to :meth:`rollback` to."""
-        return {t: len(ix.charges) for t, ix in self._tables.items()}
+    @property
+    def version(self) -> int:
+        """How many charges the filter holds: a point to :meth:`rollback` to."""
+        return len(self._log)
 
-    def rollback(self, snapshot: dict[str, int]) -> None:
-        """Forget the charges added since ``snapshot`` (a batch that was refused)."""
-        for t in list(self._tables):
-            ix = self._tables[t]
-            keep = snapshot.get(t, 0)
-            if keep == len(ix.charges):
-                continue
-            if keep == 0:
-                del self._tables[t]
-            else:
-                del ix.charges[keep:]
-                ix.level[keep:] = 0
-                ix.top = max(c.level for c in ix.charges)
-            for key in [k for k in self._worst if k[0] == t]:
-                del self._worst[key]
+    def rollback(self, version: int) -> None:
+        """Forget the charges added since ``version`` (a batch that was refused)."""
+        for charge in self._log[version:]:
+            self._ids.discard(charge.id)
+            ix = self._tables[charge.table]
+            ix.truncate(len(ix.charges) - 1)
+            if not ix.charges:
+                del self._tables[charge.table]
+            self._forget(charge.table)
+        del self._log[version:]
+
+    def fork(self) -> OverlapFilter:
+        """An independent copy to decide on without the curator's lock."""
+        new = OverlapFilter(self.budget, self.currency)
+        new._tables = {t: ix.copy() for t, ix in self._tables.items()}
+        new._log = list(self._log)
+        new._ids = set(self._ids)
+        new.last_id = self.last_id
+        new._worst = dict(self._worst)
+        return new
 
     def charges(self, table: str, analyst: str | None = None) -> list[Charge]:
         index = self._tables.get(table)
         cs = index.charges if index else []
         return cs if analyst is None else [c for c in cs if c.analyst == analyst]
 
-    # --- exact -----------------------------------------------------------------------
+    def increments_since(
+        self, version: int, table: str, query: Query, analyst: str | None = None
+    ) -> tuple[Fraction, Fraction]:
+        """What the charges added since ``version`` can add to the loss of any point of
+        C_query: their costs on ``table`` where they meet the query, and on the other
+        tables wherever they are (a person may be anywhere there). Returns (everyone's,
+        ``analyst``'s own)."""
+        every, mine = Fraction(0), Fraction(0)
+        for c in self._log[version:]:
+            if c.table == table and disjoint(c.query, query):
+                continue
+            every += c.cost
+            if analyst is not None and c.analyst == analyst:
+                mine += c.cost
+        return every, mine
 
-    def worst(self, table: str, analyst: str | None = None) -> Fraction:
-        """max_x L_T(x) over the whole domain of ``table`` (exact)."""
+    # --- exact ------------------------------------------------------------------------
+
+    def worst(self, table: str, analyst: str | None = None, *, deadline: float = math.inf) -> Loss:
+        """max_x L_T(x) over the whole domain of ``table``."""
         key = (table, analyst)
         if key not in self._worst:
-            self._worst[key] = max_loss(self.charges(table, analyst)).value
+            loss = max_loss(self.charges(table, analyst), time_limit=_left(deadline))
+            self._worst[key] = loss
+            if analyst is None and loss.exact:
+                ix = self._tables.get(table)
+                for i in range(len(ix.charges) if ix else 0):
+                    ix.lower(i, loss.value)  # type: ignore[union-attr]
         return self._worst[key]
 
-    def local(self, table: str, query: Query, analyst: str | None = None) -> Fraction:
-        """max_{x in C_query} L_table(x), exact (only ``analyst``'s charges if given)."""
+    def local(
+        self, table: str, query: Query, analyst: str | None = None, *, deadline: float = math.inf
+    ) -> Loss:
+        """max_{x in C_query} L_table(x) (only ``analyst``'s charges if given)."""
         index = self._tables.get(table)
-        near = index.candidates(query) if index else []
+        if index is None:
+            return Loss(Fraction(0), True)
+        positions = index.candidate_positions(query)
+        near = [index.charges[i] for i in positions]
         if analyst is not None:
             near = [c for c in near if c.analyst == analyst]
-        return max_loss(near, within=query).value
+        loss = max_loss(near, within=query, time_limit=_left(deadline))
+        if analyst is None and loss.exact:
+            # Every point of a charge inside C_query has lost at most this much.
+            for i in positions:
+                if contains(query, index.charges[i].query):
+                    index.lower(i, loss.value)
+        return loss
 
-    def elsewhere(self, table: str, analyst: str | None = None) -> Fraction:
-        """What a person may have lost in the *other* tables: their worst points (exact)."""
-        return sum((self.worst(t, analyst) for t in self._tables if t != table), Fraction(0))
+    def elsewhere(
+        self, table: str | None, analyst: str | None = None, *, deadline: float = math.inf
+    ) -> Loss:
+        """What a person may have lost in the tables other than ``table`` (all tables if
+        None): the sum of their worst points."""
+        total, exact = Fraction(0), True
+        for t in self._tables:
+            if t != table:
+                w = self.worst(t, analyst, deadline=deadline)
+                total += w.value
+                exact &= w.exact
+        return Loss(total, exact)
 
-    def spent_on(self, table: str, query: Query, analyst: str | None = None) -> Fraction:
-        """The most any person covered by ``query`` has lost so far (all tables, exact)."""
-        return self.local(table, query, analyst) + self.elsewhere(table, analyst)
+    def spent_on(
+        self, table: str, query: Query, analyst: str | None = None, *, deadline: float = math.inf
+    ) -> Loss:
+        """The most any person covered by ``query`` has lost so far (all tables)."""
+        here = self.local(table, query, analyst, deadline=deadline)
+        there = self.elsewhere(table, analyst, deadline=deadline)
+        return Loss(here.value + there.value, here.exact and there.exact, here.witness)
 
-    def spent_anywhere(self, analyst: str | None = None) -> Fraction:
-        """The most any person has lost so far (exact)."""
-        return sum((self.worst(t, analyst) for t in self._tables), Fraction(0))
+    def spent_anywhere(self, analyst: str | None = None, *, deadline: float = math.inf) -> Loss:
+        """The most any person has lost so far."""
+        return self.elsewhere(None, analyst, deadline=deadline)
 
     # --- the decision ------------------------------------------------------------------
 
@@ -296,28 +441,59 @@ class OverlapFilter:
         *,
         analyst: str | None = None,
         quota: Fraction | None = None,
-    ) -> Decision:
+        deadline: float | None = math.inf,
+    ) -> Decision | None:
         """Admit iff every covered point stays within the budget (and the analyst's quota).
 
         Bounds first; the exact computation only when a bound does not fit, so a refusal
-        is always exact. Reads only queries and costs, never data.
+        is exact unless the solver ran out of time (``Decision.exact``). With
+        ``deadline=None`` no exact computation is run: None means "the bounds do not fit,
+        decide on a fork" (the curator's fast path under its lock). Reads only queries
+        and costs, never data.
         """
         here, there = self.quick_local(table, query), self.quick_elsewhere(table)
         if here + there + cost > self.budget:
             here = self.quick_local(table, query, refine=True)
+        exact = True
         if here + there + cost > self.budget:
-            here, there = self.local(table, query), self.elsewhere(table)
+            if deadline is None:
+                return None
+            local = self.local(table, query, deadline=deadline)
+            others = self.elsewhere(table, deadline=deadline)
+            here, there, exact = local.value, others.value, local.exact and others.exact
             if here + there + cost > self.budget:
-                return Decision(False, here + there, self.budget, here + cost, "budget")
+                return Decision(False, here + there, self.budget, here + cost, "budget", exact)
         level = here + cost
-        if analyst is not None and quota is not None:
-            # The global loss bounds the analyst's own; refine only if needed.
-            mine = here + there
+        mine = here + there  # the global loss bounds the analyst's own
+        if analyst is not None and quota is not None and mine + cost > quota:
+            if deadline is None:
+                return None
+            own = self.spent_on(table, query, analyst, deadline=deadline)
+            mine = own.value
             if mine + cost > quota:
-                mine = self.local(table, query, analyst) + self.elsewhere(table, analyst)
-                if mine + cost > quota:
-                    return Decision(False, mine, quota, level, "quota")
-        return Decision(True, here + there, self.budget, level)
+                return Decision(False, mine, quota, level, "quota", own.exact, mine)
+        return Decision(True, here + there, self.budget, level, "", exact, mine)
+
+    def adopt(self, fork: OverlapFilter, version: int) -> None:
+        """Take over what a fork made at ``version`` learned: lowered levels of the
+        charges both hold, and whole-table worst losses of tables that did not change.
+
+        Valid although the fork may hold provisional charges beyond ``version``: its
+        figures then bound a superset of the losses (see the module docstring)."""
+        changed = {c.table for c in self._log[version:]} | {c.table for c in fork._log[version:]}
+        for t, ix in self._tables.items():
+            theirs = fork._tables.get(t)
+            if theirs is None:
+                continue
+            n = min(len(ix.charges), len(theirs.charges))
+            for i in range(n):
+                if ix.charges[i].id != theirs.charges[i].id:
+                    break
+                ix.lower(i, theirs.levels[i])
+            if t not in changed:
+                for key, loss in fork._worst.items():
+                    if key[0] == t:
+                        self._worst.setdefault(key, loss)
 
     # --- fast upper bounds --------------------------------------------------------------
 
@@ -326,6 +502,16 @@ class OverlapFilter:
         index = self._tables.get(table)
         return index.bound(query, refine=refine) if index else Fraction(0)
 
-    def quick_elsewhere(self, table: str) -> Fraction:
+    def quick_elsewhere(self, table: str | None) -> Fraction:
         """An upper bound on :meth:`elsewhere`: each other table's largest level."""
-        return sum((ix.top for t, ix in self._tables.items() if t != table), Fraction(0))
+        total = Fraction(0)
+        for t, ix in self._tables.items():
+            if t != table:
+                cached = self._worst.get((t, None))
+                total += cached.value if cached is not None else ix.top
+        return total
+
+
+def _left(deadline: float) -> float:
+    """Seconds left before ``deadline`` (a time.monotonic() value), for the solver."""
+    return max(0.0, deadline - time.monotonic()) if deadline != math.inf else SOLVER_TIME_LIMIT

@@ -22,6 +22,7 @@ significant bits for the Laplace scale and 20 for sigma.
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
@@ -36,7 +37,23 @@ from dpcurator.mechanisms.noise import (
 )
 from dpcurator.mechanisms.randomness import RandomSource
 
-__all__ = ["noise_for_cost", "noisy_count", "noisy_sum"]
+__all__ = [
+    "MAX_NOISE_PARAMETER",
+    "MIN_NOISE_PARAMETER",
+    "noise_for_cost",
+    "noisy_count",
+    "noisy_sum",
+]
+
+#: The largest noise scale or sigma drawn (2^53, about 9.0e15). Draws then stay far
+#: inside int64 (a draw beyond 40 scales has probability below e^-40), and an answer
+#: with more noise than this carries no information about any real table.
+MAX_NOISE_PARAMETER = 2**53
+#: Below this scale or sigma (2^-30) the noise is 0 with probability 1 - 1e-300000000:
+#: smaller ideal parameters are raised to it. Raising a noise parameter only adds
+#: privacy, so the cost is still never exceeded, and the samplers' exact rationals stay
+#: small.
+MIN_NOISE_PARAMETER = Fraction(1, 2**30)
 
 _SCALE_BITS = 30
 _SIGMA_BITS = 20
@@ -156,6 +173,7 @@ def noise_for_cost(cost: object, sensitivity: int = 1) -> Noise:
     from dpcurator.privacy import GDP, ZCDP, PureDP
 
     d = _check_sensitivity(sensitivity)
+    cost = _within_noise_range(cost, d)
     if isinstance(cost, PureDP):
         if not cost.epsilon > 0:
             raise InvalidParameter("a pure-DP cost needs epsilon > 0 (epsilon = 0 allows no noise)")
@@ -172,6 +190,46 @@ def noise_for_cost(cost: object, sensitivity: int = 1) -> Noise:
         "noise needs a cost in an additive currency: PureDP, ZCDP or GDP, "
         f"got {type(cost).__name__} (convert (eps, delta) budgets to zCDP or GDP first)"
     )
+
+
+def _sci(x: Fraction) -> str:
+    """x in 3 significant digits, however large (no float overflow)."""
+    return f"{Decimal(x.numerator) / Decimal(x.denominator):.3g}"
+
+
+def _within_noise_range(cost: object, sensitivity: int) -> object:
+    """Refuse a cost that needs more noise than :data:`MAX_NOISE_PARAMETER`; raise the
+    noise of one that needs less than :data:`MIN_NOISE_PARAMETER` to it (which lowers
+    the privacy spent, never raises it)."""
+    from dpcurator.privacy import GDP, ZCDP, PureDP
+
+    if isinstance(cost, PureDP) and cost.epsilon > 0:
+        ideal = sensitivity / Fraction(cost.epsilon)
+        name, value = "scale", ideal
+    elif isinstance(cost, ZCDP) and cost.rho > 0:
+        sq = Fraction(sensitivity * sensitivity) / (2 * Fraction(cost.rho))
+        ideal = Fraction(math.isqrt(sq.numerator // sq.denominator))  # floor(sigma), near enough
+        name, value = "sigma", sq
+    elif isinstance(cost, GDP) and cost.mu > 0:
+        ideal = sensitivity / Fraction(cost.mu)
+        name, value = "sigma", ideal
+    else:
+        return cost  # noise_for_cost explains what is wrong
+    if ideal > MAX_NOISE_PARAMETER:
+        what = {"scale": "epsilon", "sigma": "rho" if isinstance(cost, ZCDP) else "mu"}[name]
+        given = getattr(cost, what)
+        raise InvalidParameter(
+            f"{what}={given:g} at sensitivity {sensitivity} needs noise of {name} "
+            f"{_sci(ideal)}, beyond the largest supported {_sci(Fraction(MAX_NOISE_PARAMETER))}: "
+            f"such an answer would be pure noise; spend more {what} on it"
+        )
+    if isinstance(cost, ZCDP):
+        if value < MIN_NOISE_PARAMETER**2:
+            return ZCDP(float(Fraction(sensitivity * sensitivity) / (2 * MIN_NOISE_PARAMETER**2)))
+    elif value < MIN_NOISE_PARAMETER:
+        param = float(sensitivity / MIN_NOISE_PARAMETER)
+        return PureDP(param) if isinstance(cost, PureDP) else GDP(param)
+    return cost
 
 
 def _check_integers(value: object, name: str) -> np.ndarray:

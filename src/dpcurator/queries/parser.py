@@ -33,6 +33,8 @@ from dpcurator.queries.schema import Attribute, Schema
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000
+#: Parentheses may nest this deep (deeper text is refused, not a stack overflow).
+MAX_NESTING = 100
 
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "BETWEEN"}
 _TOKEN = re.compile(
@@ -95,6 +97,7 @@ class _Parser:
         self.schema = schema
         self.toks = _tokenize(text, offset)
         self.i = 0
+        self.depth = 0
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -151,8 +154,14 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "punct" and tok.text == "(":
             self.next()
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise QueryError(
+                    f"column {tok.col}: parentheses nested more than {MAX_NESTING} deep"
+                )
             inner = self.or_expr()
             self.expect("punct", ")", "')'")
+            self.depth -= 1
             return inner
         return self.predicate()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from dpcurator.errors import QueryError
 from dpcurator.queries.schema import Attribute, Schema
 
 Interval = tuple[int, int]
@@ -75,12 +76,60 @@ def measure(a: IntervalSet) -> int:
     return sum(e - s for s, e in a)
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _checked_coverage(attr: Attribute, coverage: object) -> IntervalSet:
+    """A hand-built coverage, validated and normalised.
+
+    Queries also arrive as objects built by hand (or over the network), so nothing about
+    a coverage is trusted: every interval must be a pair of integers ``0 <= start < end
+    <= size``; a reversed, empty or out-of-domain interval is an error rather than a
+    silent contradiction, because the overlap index, the backends and the ledger all
+    read the coverage and must agree on it.
+    """
+    if isinstance(coverage, str | bytes) or not isinstance(coverage, tuple | list):
+        raise QueryError(
+            f"coverage of {attr.name!r} must be a tuple of (start, end) intervals, "
+            f"got {type(coverage).__name__}"
+        )
+    size = attr.size
+    out: list[Interval] = []
+    for iv in coverage:
+        if not isinstance(iv, tuple | list) or len(iv) != 2 or not all(_is_int(v) for v in iv):
+            raise QueryError(
+                f"coverage of {attr.name!r}: an interval is a pair of integers, got {iv!r}"
+            )
+        s, e = iv
+        if s >= e:
+            raise QueryError(
+                f"coverage of {attr.name!r}: interval {tuple(iv)} is empty or reversed"
+            )
+        if s < 0 or e > size:
+            raise QueryError(
+                f"coverage of {attr.name!r}: interval {tuple(iv)} leaves the domain "
+                f"[0, {size}) of value positions"
+            )
+        out.append((int(s), int(e)))
+    return normalize(out)
+
+
 @dataclass(frozen=True)
 class Predicate:
-    """The coverage of a query on one attribute: value positions, as intervals."""
+    """The coverage of a query on one attribute: value positions, as intervals.
+
+    Built by hand or by the parser, the coverage is validated and normalised on
+    construction (sorted, disjoint, non-adjacent, inside the domain).
+    """
 
     attribute: Attribute
     coverage: IntervalSet
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attribute, Attribute):
+            raise QueryError(f"a predicate needs an Attribute, got {type(self.attribute).__name__}")
+        object.__setattr__(self, "coverage", _checked_coverage(self.attribute, self.coverage))
 
     def covers(self, value: int | str) -> bool:
         """Whether the attribute value ``value`` satisfies the predicate."""
@@ -159,6 +208,50 @@ class Query:
     text: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        """Validate and normalise, whoever built the query.
+
+        Every predicate's attribute must be the schema's attribute of that name (not
+        one from another schema), each attribute may be constrained once, and the
+        predicates are kept in schema order without tautologies: two queries with the
+        same coverage are then equal, whatever their origin.
+        """
+        schema = self.schema
+        if not isinstance(schema, Schema):
+            raise QueryError(f"a query needs a Schema, got {type(schema).__name__}")
+        preds = self.predicates
+        if not isinstance(preds, tuple):
+            if isinstance(preds, str | bytes) or not isinstance(preds, list):
+                raise QueryError(
+                    f"a query's predicates must be a tuple of Predicate, got {type(preds).__name__}"
+                )
+            preds = tuple(preds)
+        seen: dict[int, Predicate] = {}
+        for p in preds:
+            if not isinstance(p, Predicate):
+                raise QueryError(f"a query's predicates must be Predicate objects, got {p!r}")
+            name = p.attribute.name
+            if name not in schema:
+                raise QueryError(f"predicate on {name!r}, which is not an attribute of the schema")
+            j = schema.index(name)
+            if p.attribute is not schema.attributes[j] and p.attribute != schema.attributes[j]:
+                raise QueryError(
+                    f"the predicate on {name!r} was built for another schema's attribute"
+                )
+            if j in seen:
+                raise QueryError(
+                    f"two predicates on {name!r}: combine them into one coverage "
+                    "(their intersection)"
+                )
+            seen[j] = p
+        canonical = tuple(seen[j] for j in sorted(seen) if not seen[j].is_tautology)
+        if canonical != preds:
+            object.__setattr__(self, "predicates", canonical)
+        if not isinstance(self.text, str):
+            raise QueryError(f"a query's text must be a string, got {type(self.text).__name__}")
+        if self.line is not None and not _is_int(self.line):
+            raise QueryError(f"a query's line must be an integer, got {self.line!r}")
+
     @classmethod
     def from_coverages(
         cls,
@@ -168,12 +261,13 @@ class Query:
         line: int | None = None,
     ) -> Query:
         """Build a query from attribute name -> coverage (tautologies are dropped)."""
+        for name in coverages:
+            if name not in schema:
+                raise QueryError(f"unknown attribute {name!r}")
         preds = []
         for attr in schema.attributes:
             if attr.name in coverages:
                 cov = normalize(coverages[attr.name])
-                if cov and (cov[0][0] < 0 or cov[-1][1] > attr.size):
-                    raise ValueError(f"coverage of {attr.name!r} leaves its domain")
                 if cov != ((0, attr.size),):
                     preds.append(Predicate(attr, cov))
         q = cls(schema, tuple(preds), text, line)

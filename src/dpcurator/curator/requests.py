@@ -1,0 +1,151 @@
+"""What a request to the curator may contain: validation and normalisation, no charge.
+
+Every argument of every request is hostile until checked here: query text and
+hand-built :class:`~dpcurator.queries.Query` objects, bins, clipping bounds, attribute
+and analyst names, lists that may be generators. Each function either returns a value
+the curator can use as is, or raises a one-line :class:`~dpcurator.errors.DpCuratorError`
+subclass. Nothing here reads data or touches the ledger, so a refused request has
+changed nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.queries import Query, Schema, parse_query
+from dpcurator.queries.predicates import Predicate, render_coverage
+
+#: The longest query text accepted (characters).
+MAX_QUERY_TEXT = 20_000
+#: The most cells one histogram or marginal may have.
+MAX_CELLS = 1_000_000
+#: The most queries one batch release may have.
+MAX_BATCH = 1_000_000
+#: The longest analyst name.
+MAX_NAME = 200
+
+
+def canonical_query(query: object, schema: Schema) -> Query:
+    """The query a request means, over ``schema``'s own attributes.
+
+    Text is parsed. A :class:`Query` object is rebuilt from its coverages (which its
+    constructor already validated), after checking it was made for this very schema;
+    its text is kept only if it parses back to the same coverage, so that the ledger
+    and every label describe what is really charged.
+    """
+    if query is None:
+        return Query.from_coverages(schema, {})
+    if isinstance(query, str):
+        if len(query) > MAX_QUERY_TEXT:
+            raise QueryError(f"query text of {len(query)} characters exceeds {MAX_QUERY_TEXT}")
+        return parse_query(query, schema)
+    if not isinstance(query, Query):
+        raise QueryError(f"a query must be text or a Query, got {type(query).__name__}")
+    if query.schema is not schema and query.schema != schema:
+        raise QueryError("the query was built for another schema than this table's")
+    # Rebuilt through the validating constructors, on this schema's own attributes:
+    # an object whose fields were changed after construction is checked again here.
+    preds = query.predicates
+    if not isinstance(preds, tuple) or not all(isinstance(p, Predicate) for p in preds):
+        raise QueryError("a query's predicates must be a tuple of Predicate objects")
+    rebuilt = []
+    for p in preds:
+        name = attribute_name(getattr(p.attribute, "name", None), schema)
+        rebuilt.append(Predicate(schema.attribute(name), p.coverage))
+    q = Query(schema, tuple(rebuilt))
+    q = Query(schema, q.predicates, q.to_text())
+    text = query.text
+    if isinstance(text, str) and text and len(text) <= MAX_QUERY_TEXT:
+        try:
+            if parse_query(text, schema) == q:
+                return Query(schema, q.predicates, text.strip())
+        except QueryError:
+            pass
+    return q
+
+
+def attribute_name(name: object, schema: Schema, what: str = "attribute") -> str:
+    if not isinstance(name, str):
+        raise QueryError(f"{what} must be an attribute name (text), got {type(name).__name__}")
+    if name not in schema:
+        raise QueryError(f"unknown attribute {name!r}")
+    return name
+
+
+def bounded_list(items: object, limit: int, what: str) -> list[Any]:
+    """A list from any iterable (generators included), refusing more than ``limit`` items
+    without consuming more than ``limit + 1`` of them."""
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise InvalidParameter(f"{what} must be a list, got {type(items).__name__}")
+    out = list(itertools.islice(items, limit + 1))
+    if len(out) > limit:
+        raise InvalidParameter(f"{what} has more than {limit} items")
+    return out
+
+
+def integer(value: object, name: str) -> int:
+    """An exact integer: ints, or floats/numpy numbers with an integral finite value."""
+    if isinstance(value, bool):
+        raise InvalidParameter(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return int(value)
+    try:
+        as_int = int(value)  # type: ignore[call-overload]
+        ok = as_int == value
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidParameter(f"{name} must be an integer, got {value!r}")
+    return as_int
+
+
+def histogram_bins(attr: Any, bins: object) -> tuple[list[tuple[int, int]], list[str]]:
+    """Half-open integer bins as value-position spans, and a label for each bin."""
+    if attr.type != "integer":
+        raise QueryError(f"bins= needs an integer attribute; {attr.name!r} is categorical")
+    raw = bounded_list(bins, MAX_CELLS + 1, "bins")
+    edges = [integer(b, "every bin edge") for b in raw]
+    if len(edges) < 2 or any(b >= a for a, b in itertools.pairwise(edges[::-1])):
+        raise QueryError(f"bins must be at least two strictly increasing edges, got {edges!r}")
+    if edges[0] < attr.min or edges[-1] > attr.max + 1:
+        raise QueryError(
+            f"bins {edges[0]}..{edges[-1]} leave the domain of {attr.name!r} "
+            f"[{attr.min}, {attr.max}] (bins are half-open: the last edge may be max + 1)"
+        )
+    spans = [(a - attr.min, b - attr.min) for a, b in itertools.pairwise(edges)]
+    return spans, [render_coverage(attr, (s,)) for s in spans]
+
+
+def clip_bounds(lower: object, upper: object) -> tuple[int, int]:
+    lo, hi = integer(lower, "lower"), integer(upper, "upper")
+    if lo > hi:
+        raise InvalidParameter(f"lower must be <= upper, got [{lo}, {hi}]")
+    if lo == hi == 0:
+        raise InvalidParameter("clip bounds [0, 0] make every sum 0: nothing to release")
+    return lo, hi
+
+
+def analyst_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidParameter("an analyst needs a non-empty name")
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise InvalidParameter(
+            f"an analyst name is at most {MAX_NAME} printable characters, got {name[:40]!r}"
+        )
+    return name
+
+
+def table_name(table: object, tables: Sequence[str]) -> str:
+    """The table a request names (or the only one)."""
+    if table is None:
+        if len(tables) == 1:
+            return tables[0]
+        raise InvalidParameter(
+            f"this curator has several tables ({', '.join(sorted(tables))}): name one with table="
+        )
+    if not isinstance(table, str) or table not in tables:
+        raise InvalidParameter(f"unknown table {table!r}; known: {', '.join(sorted(tables))}")
+    return table
