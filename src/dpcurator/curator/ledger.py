@@ -136,9 +136,12 @@ def _analysts_genesis(genesis: bytes) -> bytes:
     return _digest(b"dpcurator analysts\x00", genesis)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _encode(fields: tuple[object, ...]) -> bytes:
-    """Canonical, unambiguous bytes of a row's fields (a compact JSON array)."""
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+    """Canonical, unambiguous bytes of a row's fields: a compact JSON array in UTF-8."""
+    return _JSON.encode(fields).encode()
 
 
 def _charge_hash(prev: bytes, fields: tuple[object, ...]) -> bytes:
@@ -152,15 +155,23 @@ def _answer_seal(charge_hash: bytes, answer: str) -> str:
 # --- validation --------------------------------------------------------------------------
 
 
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit() and text[0] != "0"
+
+
 def _positive(text: object) -> Fraction | None:
     """The positive fraction ``text`` spells exactly as ``str(Fraction)`` would, else None."""
-    if not isinstance(text, str):
+    if type(text) is not str:
         return None
-    try:
-        f = Fraction(text)
-    except (ValueError, ZeroDivisionError):
+    num, slash, den = text.partition("/")
+    if not _digits(num):
         return None
-    return f if f > 0 and str(f) == text else None
+    if not slash:
+        return Fraction(int(num))
+    if not _digits(den):
+        return None
+    n, d = int(num), int(den)
+    return Fraction(n, d) if d > 1 and math.gcd(n, d) == 1 else None
 
 
 def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
@@ -187,10 +198,6 @@ def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
     return cov
 
 
-def _valid_coverage_value(cov: object) -> bool:
-    return _valid_coverage(json.dumps(cov)) is not None if isinstance(cov, dict) else False
-
-
 class Ledger:
     """One SQLite file shared by every curator process that serves the same data.
 
@@ -212,6 +219,7 @@ class Ledger:
         self.durable = not (path is None or str(path) == ":memory:")
         self.path = str(path) if self.durable else ":memory:"
         self._closed = False
+        self._at_head = False  # inside a write transaction, once the chain's tail is checked
         self._identity = "{}"
         self._genesis = b""
         self._head: tuple[int, bytes] = (0, b"")
@@ -322,7 +330,7 @@ class Ledger:
             self._analysts = {}
             self._analysts_head = (0, _analysts_genesis(self._genesis))
             self._read_analysts()
-            self._read_after(0)
+            self._read_after(0, build=False)
 
     def verify(self) -> int:
         """Verify the whole ledger again (as on open); return the number of charges."""
@@ -347,10 +355,9 @@ class Ledger:
             f"ledger {self.path}: {what} (hash chain broken); restore it from a backup"
         )
 
-    def _read_after(self, last_id: int) -> list[ChargeRow]:
-        """The charges after ``last_id``, each verified against the chain and the head.
-
-        Call inside a snapshot. Advances the verified head."""
+    def _read_after(self, last_id: int, *, build: bool = True) -> list[ChargeRow]:
+        """The charges after ``last_id``, each verified against the chain and the head
+        (returned only if ``build``). Call inside a snapshot. Advances the verified head."""
         head_n, head_h = self._meta_head("charges_head")
         if last_id == self._head[0]:
             prev = self._head[1]
@@ -374,8 +381,9 @@ class Ledger:
                 )
             if r[0] != expect:
                 raise self._broken(f"charge {expect} was removed")
-            row, prev = self._verify_row(r, prev)
-            out.append(row)
+            row, prev = self._verify_row(r, prev, build)
+            if row is not None:
+                out.append(row)
             expect += 1
         n = expect - 1
         if n != head_n or prev.hex() != head_h:
@@ -393,10 +401,14 @@ class Ledger:
             self._head = (n, prev)
         return out
 
-    def _verify_row(self, r: tuple, prev: bytes) -> tuple[ChargeRow, bytes]:
+    def _verify_row(self, r: tuple, prev: bytes, build: bool) -> tuple[ChargeRow | None, bytes]:
         cid = r[0]
         cost, level, cov = _positive(r[7]), _positive(r[8]), _valid_coverage(r[6])
-        if cost is None or level is None or level < cost:
+        if (
+            cost is None
+            or level is None
+            or level.numerator * cost.denominator < cost.numerator * level.denominator
+        ):
             raise LedgerError(
                 f"ledger {self.path}: charge {cid} has an invalid cost {r[7]!r} or level "
                 f"{r[8]!r} (each must be a positive fraction, the level at least the cost); "
@@ -408,10 +420,10 @@ class Ledger:
                 "from a backup"
             )
         if (
-            not isinstance(r[1], float)
+            type(r[1]) is not float
             or not math.isfinite(r[1])
-            or not all(isinstance(r[i], str) for i in (3, 4, 5, 9, 10))
-            or not (r[2] is None or isinstance(r[2], str))
+            or not all(type(r[i]) is str for i in (3, 4, 5, 9, 10))
+            or not (r[2] is None or type(r[2]) is str)
         ):
             raise LedgerError(
                 f"ledger {self.path}: charge {cid} has a field of the wrong type; restore "
@@ -427,7 +439,10 @@ class Ledger:
                     f"ledger {self.path}: the answer of charge {cid} was altered (its seal "
                     "does not match); restore the ledger from a backup"
                 )
-            answer = json.loads(r[11])
+            if build:
+                answer = json.loads(r[11])
+        if not build:
+            return None, h
         row = ChargeRow(
             id=cid,
             created=r[1],
@@ -503,6 +518,8 @@ class Ledger:
                         self._db.execute("ROLLBACK")
                     self._head, self._analysts, self._analysts_head = saved
                     raise
+            finally:
+                self._at_head = False
 
     @contextmanager
     def _write(self) -> Iterator[None]:
@@ -564,13 +581,16 @@ class Ledger:
                 f"ledger {self.path}: refusing to record a charge of cost {cost} at level "
                 f"{level} (the cost must be > 0 and the level at least the cost)"
             )
-        if not _valid_coverage_value(coverage):
+        cov = json.dumps(coverage) if isinstance(coverage, dict) else None
+        if cov is None or _valid_coverage(cov) is None:
             raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
         with self._lock, self._write():
-            head_n, head_h = self._meta_head("charges_head")
-            if (head_n, head_h) != (self._head[0], self._head[1].hex()):
-                self._read_after(self._head[0])  # others appended: verify before extending
-            self._check_tail("charges", "id", "charge", self._head)
+            if not self._at_head:
+                head_n, head_h = self._meta_head("charges_head")
+                if (head_n, head_h) != (self._head[0], self._head[1].hex()):
+                    self._read_after(self._head[0])  # others appended: verify first
+                self._check_tail("charges", "id", "charge", self._head)
+                self._at_head = True  # until this transaction ends, only we append
             cid = self._head[0] + 1
             fields = (
                 cid,
@@ -579,7 +599,7 @@ class Ledger:
                 table,
                 kind,
                 request,
-                json.dumps(coverage),
+                cov,
                 str(cost),
                 str(level),
                 noise,
