@@ -188,7 +188,7 @@ class DuckDBBackend:
         self._lock = threading.RLock()
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
         self._columns = [_code_column(i) for i in range(len(schema))]
-        self._full = [((0, a.size),) for a in schema.attributes]
+        self._sizes = [a.size for a in schema.attributes]
         # Attributes seen equal to ours (by id, kept alive), like the schemas below.
         self._attrs_ok: dict[int, tuple[int, Attribute]] = {
             id(a): (j, a) for j, a in enumerate(schema.attributes)
@@ -330,26 +330,44 @@ class DuckDBBackend:
         out: list[tuple[int, IntervalSet]] = []
         seen: set[int] = set()
         empty = False
+        attrs_ok, sizes = self._attrs_ok, self._sizes
         for p in preds:
             if not isinstance(p, Predicate):
                 raise QueryError(
                     f"a query's predicates must be Predicate objects, got {type(p).__name__}"
                 )
-            j = self._attribute_index(p.attribute)
+            known = attrs_ok.get(id(p.attribute))
+            j = known[0] if known is not None else self._attribute_index(p.attribute)
             if j in seen:
                 raise QueryError(
                     f"two predicates on {self.schema.attributes[j].name!r} in one query: "
                     "give one coverage (their intersection)"
                 )
             seen.add(j)
-            cov = self._coverage(j, p.coverage)
+            # Fast path for the canonical form (a tuple of (int, int) tuples with
+            # prev_end < start < end <= size); anything else is converted or refused.
+            cov = p.coverage
+            size, prev = sizes[j], -1
+            if type(cov) is tuple:
+                for iv in cov:
+                    if type(iv) is not tuple or len(iv) != 2:
+                        break
+                    s, e = iv
+                    if type(s) is not int or type(e) is not int or not prev < s < e <= size:
+                        break
+                    prev = e
+                else:
+                    prev = -2  # checked
+            if prev != -2:
+                cov = self._coverage(j, cov)
             if not cov:
                 empty = True
-            elif cov != self._full[j]:
+            elif len(cov) > 1 or cov[0][0] or cov[0][1] != size:
                 out.append((j, cov))
         if empty:
             return None
-        out.sort()
+        if len(out) > 1:
+            out.sort()
         return tuple(out)
 
     def _attribute_index(self, attr: object) -> int:
