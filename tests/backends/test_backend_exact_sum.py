@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpcurator.backends import load_table
-from dpcurator.errors import InvalidParameter
+from dpcurator.errors import DataError, InvalidParameter
 from dpcurator.queries import Attribute, Query, Schema
 
 I64 = 2**63
@@ -120,3 +122,96 @@ def test_bounds_must_be_integers(loaded, bad):
         backend.clipped_sum("small", bad, 10**6)
     with pytest.raises(InvalidParameter, match="clipping bound must be an integer"):
         backend.clipped_sum("small", -(10**6), bad)
+
+
+# --------------------------------------------------------------------- extreme values load
+
+
+EXTREME = Schema(
+    (
+        Attribute("v", "integer", min=-I64, max=-I64 + 10),
+        Attribute("w", "integer", min=I64 - 10, max=I64 - 1),
+        Attribute("m", "integer", min=0, max=2**62 + 5),
+    )
+)
+EXTREME_ROWS = [
+    (-I64, I64 - 1, 2**62 + 1),
+    (-I64 + 3, I64 - 10, 2**53 + 1),
+    (-I64 + 10, I64 - 2, 7),
+]
+
+
+def extreme_data(fmt: str, tmp_path, rows=EXTREME_ROWS):
+    import decimal
+
+    if fmt in ("csv", "csv-signs-zeros"):
+        p = tmp_path / "x.csv"
+        if fmt == "csv":
+            body = "".join(f"{a},{b},{c}\n" for a, b, c in rows)
+        else:
+            body = "".join(f" {a} ,+{b},{'0' * 30}{c}\n" for a, b, c in rows)
+        p.write_text("v,w,m\n" + body, encoding="utf-8")
+        return p
+    if fmt == "pandas":
+        return pd.DataFrame(rows, columns=["v", "w", "m"])
+    scale = {"decimal0": 0, "decimal2": 2}[fmt]
+    table = pa.table(
+        {
+            k: pa.array([decimal.Decimal(r[i]) for r in rows], pa.decimal128(38, scale))
+            for i, k in enumerate("vwm")
+        }
+    )
+    p = tmp_path / "x.parquet"
+    pq.write_table(table, p)
+    return p
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv-signs-zeros", "pandas", "decimal0", "decimal2"])
+def test_extreme_values_load_exactly(tmp_path, fmt):
+    # 2^62 + 1 and 2^53 + 1 have 19 and 16 digits and are not doubles; +-2^63 edges.
+    with load_table(extreme_data(fmt, tmp_path), EXTREME) as b:
+        for k, name in enumerate("vwm"):
+            want = sum(r[k] for r in EXTREME_ROWS)
+            got = b.clipped_sum(name, -(10**40), 10**40)
+            assert type(got) is int and got == want
+        exact = Query.from_coverages(EXTREME, {"m": ((2**53 + 1, 2**53 + 2),)})
+        assert b.counts([exact]).tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "bad", "shown"),
+    [
+        ("csv", str(I64 - 1), f"'{I64 - 1}'"),  # one past the domain
+        ("csv", str(I64), f"'{I64}'"),  # past int64
+        ("csv", "9" * 39, repr("9" * 39)),  # 39 digits: beyond what HUGEINT holds
+        ("csv", "1" + "0" * 60, repr("1" + "0" * 36 + "...")),
+        ("csv", "+-5", "'+-5'"),
+        ("decimal2", "2.5", None),
+        ("float", "1e300", None),
+        ("float", "2.5", None),
+    ],
+)
+def test_extreme_values_out_of_domain(tmp_path, fmt, bad, shown):
+    schema = Schema((Attribute("m", "integer", min=0, max=I64 - 2),))  # the widest from 0
+    if fmt == "csv":
+        p = tmp_path / "x.csv"
+        p.write_text(f"m\n5\n{bad}\n", encoding="utf-8")
+        data = p
+    elif fmt == "float":
+        data = pd.DataFrame({"m": [5.0, float(bad)]})
+    else:
+        import decimal
+
+        data = tmp_path / "x.parquet"
+        pq.write_table(
+            pa.table(
+                {"m": pa.array([decimal.Decimal(5), decimal.Decimal(bad)], pa.decimal128(38, 2))}
+            ),
+            data,
+        )
+    with pytest.raises(
+        DataError, match=r"'m': 1 row has a value outside the domain .*first: row 2"
+    ) as err:
+        load_table(data, schema)
+    if shown is not None:
+        assert f"value {shown}" in str(err.value)

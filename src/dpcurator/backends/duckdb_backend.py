@@ -42,7 +42,8 @@ _MAX_SETS = 64
 FILTER_CHUNK = 256
 
 _WHITESPACE = " \t\r\n\f\v"
-_INT_PATTERN = "[+-]?[0-9]{1,18}"
+#: Integer text: at most 38 significant digits (< 10^38 < 2^127, so it fits HUGEINT).
+_INT_PATTERN = "[+-]?0*[0-9]{1,38}"
 _INT_TYPES = {
     "TINYINT",
     "SMALLINT",
@@ -865,23 +866,26 @@ class _Loader:
                 inner.append(f"d{i}.p AS v{i}")
                 outer.append(f"v{i} AS c{i}")
             else:
+                # Every integer is parsed exactly into HUGEINT (NULL if it is not an
+                # integer); the outer select checks [min, max] exactly.
                 base = ctype.split("(")[0]
                 if base in _INT_TYPES:
+                    inner.append(f"TRY_CAST({col} AS HUGEINT) AS v{i}")
+                elif base.startswith("DECIMAL"):  # exact decimal arithmetic, < 10^38
                     inner.append(
-                        f"CASE WHEN {col} BETWEEN ? AND ? THEN CAST({col} AS BIGINT) END AS v{i}"
+                        f"CASE WHEN {col} = floor({col}) THEN CAST({col} AS HUGEINT) END AS v{i}"
                     )
-                    params.extend((attr.min, attr.max))
-                elif base in _FLOAT_TYPES or base.startswith("DECIMAL"):
+                elif base in _FLOAT_TYPES:
                     d = f"CAST({col} AS DOUBLE)"
                     inner.append(
-                        f"CASE WHEN isfinite({d}) AND {d} = floor({d}) AND {d} BETWEEN ? AND ? "
-                        f"THEN CAST({d} AS BIGINT) END AS v{i}"
+                        f"CASE WHEN isfinite({d}) AND {d} = floor({d}) AND abs({d}) < ? "
+                        f"THEN CAST({d} AS HUGEINT) END AS v{i}"
                     )
-                    params.extend((attr.min, attr.max))
+                    params.append(2.0**126)
                 else:
                     s = f"trim(CAST({col} AS VARCHAR), ?)"
                     inner.append(
-                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS BIGINT) END AS v{i}"
+                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
                     )
                     params.extend((_WHITESPACE, _INT_PATTERN, _WHITESPACE))
                 outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
