@@ -578,3 +578,23 @@ def test_verifying_ten_thousand_charges_is_fast(tmp_path):
     elapsed = time.perf_counter() - t
     assert led.head[0] == 10_000
     assert elapsed < 2.0  # about 0.1 s on a laptop core; lenient for loaded CI machines
+
+
+def test_a_running_ledger_backs_up_and_names_itself_when_tampered(tmp_path):
+    path = make(tmp_path / "l.db", 3)
+    led = Ledger(path, IDENTITY)
+    assert led.backup(tmp_path / "b.db").charges == 3
+    tamper(path, "UPDATE charges SET request = 'x' WHERE id = 1")
+    with pytest.raises(LedgerError, match=f"ledger {path}: charge 1 was altered"):
+        led.backup(tmp_path / "c.db")
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_an_in_memory_ledger_can_be_saved_by_backup(tmp_path):
+    led = Ledger(None, IDENTITY)
+    charge(led, 0)
+    led.register_analyst("alice", Fraction(1, 3))
+    rep = led.backup(tmp_path / "saved.db")
+    assert (rep.charges, rep.analysts) == (1, 1)
+    saved = Ledger(tmp_path / "saved.db", IDENTITY)
+    assert saved.durable and saved.quota("alice") == Fraction(1, 3)

@@ -325,12 +325,14 @@ class Ledger:
         self._analysts_head = (0, _analysts_genesis(genesis))
 
     def _verify_all(self) -> None:
-        with self._lock, self._snapshot():
+        with self._lock:
             self._head = (0, self._genesis)
             self._analysts = {}
             self._analysts_head = (0, _analysts_genesis(self._genesis))
-            self._read_analysts()
-            self._read_after(0, build=False)
+            with self._snapshot():
+                self._read_analysts()
+                fetched = self._fetch_after(0)
+            self._verify_after(*fetched, build=False)
 
     def verify(self) -> int:
         """Verify the whole ledger again (as on open); return the number of charges."""
@@ -358,7 +360,12 @@ class Ledger:
     def _read_after(self, last_id: int, *, build: bool = True) -> list[ChargeRow]:
         """The charges after ``last_id``, each verified against the chain and the head
         (returned only if ``build``). Call inside a snapshot. Advances the verified head."""
-        head_n, head_h = self._meta_head("charges_head")
+        return self._verify_after(*self._fetch_after(last_id), build=build)
+
+    def _fetch_after(self, last_id: int) -> tuple[int, tuple[int, str], bytes, list[tuple]]:
+        """What :meth:`_verify_after` checks, read in the caller's snapshot; the hashing
+        can then run after the snapshot ends, so that writers never wait for it."""
+        head = self._meta_head("charges_head")
         if last_id == self._head[0]:
             prev = self._head[1]
         elif last_id == 0:
@@ -371,6 +378,18 @@ class Ledger:
         rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (last_id,)
         ).fetchall()
+        return last_id, head, prev, rows
+
+    def _verify_after(
+        self,
+        last_id: int,
+        head: tuple[int, str],
+        prev: bytes,
+        rows: list[tuple],
+        *,
+        build: bool,
+    ) -> list[ChargeRow]:
+        head_n, head_h = head
         out = []
         expect = last_id + 1
         for r in rows:
@@ -558,7 +577,8 @@ class Ledger:
         with self._lock:
             try:
                 with self._snapshot():
-                    return self._read_after(last_id)
+                    fetched = self._fetch_after(last_id)
+                return self._verify_after(*fetched, build=True)
             except sqlite3.DatabaseError as err:
                 raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
 
@@ -729,33 +749,39 @@ class Ledger:
     # --- copies ---------------------------------------------------------------------------------
 
     def backup(self, target: str | Path, *, force: bool = False) -> BackupReport:
-        """Copy this ledger, live, with SQLite's online backup API, then verify the copy.
+        """Verify this ledger, copy it live with SQLite's online backup API, verify the copy.
 
         The copy is one consistent snapshot holding at least every charge committed before
-        the call; it is written beside ``target`` and moved into place only once verified.
-        An existing ``target`` is refused unless ``force``."""
-        dst = Path(target)
+        the call, and it must extend the chain verified here; it is written beside
+        ``target`` and moved into place only once verified. An existing ``target`` is
+        refused unless ``force``."""
+        return self._backup(Path(target), force=force, verified=False)
+
+    def _backup(self, dst: Path, *, force: bool, verified: bool) -> BackupReport:
         if dst.exists() and not force:
             raise LedgerError(f"backup {dst}: the file exists; refusing to overwrite it")
         if self.durable and dst.exists() and os.path.samefile(dst, self.path):
             raise LedgerError(f"backup {dst}: is the ledger itself")
         with self._lock:
-            before = self.verify()
-            before_hash = self._head[1].hex()
+            if not verified:
+                self.verify()
+            before, before_hash = self.head
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
             try:
                 out = sqlite3.connect(tmp, isolation_level=None)
                 try:
                     with self._lock:
-                        self._db.backup(out)
-                    out.execute("PRAGMA journal_mode=DELETE")
+                        self._db.backup(out)  # all pages in one step: one snapshot
                 finally:
                     out.close()
                 _fsync(tmp)
             except sqlite3.DatabaseError as err:
                 raise LedgerError(f"backup {dst}: cannot write it: {err}") from None
-            copy = Ledger(tmp, None, create=False)
+            try:
+                copy = Ledger(tmp, None, create=False)
+            except LedgerError as err:  # changed since it was verified here: say where
+                raise LedgerError(str(err).replace(str(tmp), self.path)) from None
             try:
                 n = copy.head[0]
                 ok = n >= before and (
@@ -804,9 +830,9 @@ def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False
     :meth:`Ledger.backup`)."""
     if Path(target).exists() and not force:
         raise LedgerError(f"backup {target}: the file exists; refusing to overwrite it")
-    led = Ledger(source, None, create=False)
+    led = Ledger(source, None, create=False)  # verifies all of it
     try:
-        return led.backup(target, force=force)
+        return led._backup(Path(target), force=force, verified=True)
     finally:
         led.close()
 
@@ -815,7 +841,11 @@ def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=60.0, isolation_level=None, check_same_thread=False)
+    """A connection to an existing file (SQLite never creates one here), or to memory."""
+    uri = ":memory:" if path == ":memory:" else Path(path).absolute().as_uri() + "?mode=rw"
+    db = sqlite3.connect(
+        uri, timeout=60.0, isolation_level=None, check_same_thread=False, uri=uri != ":memory:"
+    )
     db.execute("PRAGMA busy_timeout=60000")
     db.execute("PRAGMA trusted_schema=OFF")
     return db
