@@ -1,45 +1,100 @@
 """Closed-form composition bounds for (eps_i, delta_i)-DP mechanisms, parameters fixed in advance.
 
-Each function takes the per-run parameters as arrays ``eps``, ``delta`` (one entry per
-run, i.e. a mechanism run k times appears k times, or use the weighted sums below) and
-returns either the eps for a target total delta or the total delta at a target eps.
+Each function takes the sufficient statistics of all runs (:class:`Sums`, exact
+rationals) and returns either the eps for a target total delta or the total delta at a
+target eps, rounded outward to a float and certified: the sums are exact, and every
+transcendental step is evaluated in interval arithmetic (:mod:`dpcurator.privacy._rigor`).
 None means the theorem cannot certify the target at all.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+
+from mpmath import iv
+
+from dpcurator.privacy import _rigor
+
+#: Beyond this exponent e^x is replaced by a bound (its value no longer matters).
+_EXP_CAP = 2000
+
+
+def _exp(x: Fraction):  # type: ignore[no-untyped-def]
+    """e^x enclosed, for x <= _EXP_CAP (inside a _rigor.precision() block)."""
+    if x < -_EXP_CAP:
+        return iv.mpf([0, 1]) * iv.exp(iv.mpf(-_EXP_CAP))
+    return iv.exp(_rigor.q(x))
 
 
 @dataclass(frozen=True)
 class Sums:
-    """The sufficient statistics the closed forms need, over all runs."""
+    """The sufficient statistics the closed forms need, over all runs, exactly.
 
-    n: int  # number of runs
-    eps: float  # sum eps_i
-    eps_sq: float  # sum eps_i^2
-    eps_drift: float  # sum eps_i (e^eps_i - 1)   (advanced composition)
-    eps_tanh: float  # sum eps_i tanh(eps_i / 2) (KOV)
-    delta: float  # sum delta_i
-    log_keep: float  # sum log(1 - delta_i)
+    ``runs`` holds (eps, delta, count) with eps and delta exact rationals (the worse of a
+    float's binary and decimal readings); the transcendental sums are proven bounds.
+    """
+
+    runs: tuple[tuple[Fraction, Fraction, int], ...]
+    n: int = field(init=False)  # number of runs
+    eps: Fraction = field(init=False)  # sum eps_i
+    eps_sq: Fraction = field(init=False)  # sum eps_i^2
+    delta: Fraction = field(init=False)  # sum delta_i
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", sum(c for _, _, c in self.runs))
+        object.__setattr__(self, "eps", sum((c * e for e, _, c in self.runs), Fraction(0)))
+        object.__setattr__(self, "eps_sq", sum((c * e * e for e, _, c in self.runs), Fraction(0)))
+        object.__setattr__(self, "delta", sum((c * d for _, d, c in self.runs), Fraction(0)))
 
     @staticmethod
-    def of(runs: list[tuple[float, float, int]]) -> Sums:
-        """From (eps, delta, count) triples."""
-        return Sums(
-            n=sum(c for _, _, c in runs),
-            eps=math.fsum(c * e for e, _, c in runs),
-            eps_sq=math.fsum(c * e * e for e, _, c in runs),
-            eps_drift=math.fsum(c * e * math.expm1(e) for e, _, c in runs),
-            eps_tanh=math.fsum(c * e * math.tanh(e / 2) for e, _, c in runs),
-            delta=math.fsum(c * d for _, d, c in runs),
-            log_keep=math.fsum(c * math.log1p(-d) for _, d, c in runs),
-        )
+    def of(runs: Iterable[tuple[float | Fraction, float | Fraction, int]]) -> Sums:
+        """From (eps, delta, count) triples; floats are read pessimistically (the larger reading)."""
+        merged: dict[tuple[Fraction, Fraction], int] = {}
+        for e, d, c in runs:
+            key = (_rigor.worst_high(e), _rigor.worst_high(d))
+            merged[key] = merged.get(key, 0) + c
+        return Sums(tuple((e, d, c) for (e, d), c in merged.items()))
+
+    @cached_property
+    def eps_drift_hi(self) -> Fraction | None:
+        """Upper bound on sum eps_i (e^eps_i - 1) (advanced composition); None if huge."""
+        if any(e > 700 for e, _, _ in self.runs):
+            return None
+        with _rigor.precision():
+            total = iv.mpf(0)
+            for e, _, c in self.runs:
+                total += c * _rigor.q(e) * (_exp(e) - 1)
+            return _rigor.hi(total)
+
+    @cached_property
+    def eps_tanh_hi(self) -> Fraction:
+        """Upper bound on sum eps_i tanh(eps_i / 2) = sum eps_i (e^eps_i - 1)/(e^eps_i + 1) (KOV)."""
+        with _rigor.precision():
+            total = iv.mpf(0)
+            for e, _, c in self.runs:
+                if e > _EXP_CAP:
+                    total += c * _rigor.q(e)  # tanh <= 1
+                else:
+                    total += c * _rigor.q(e) * (1 - 2 / (_exp(e) + 1))
+            return _rigor.hi(total)
+
+    @cached_property
+    def keep_lo(self) -> Fraction:
+        """Lower bound on prod (1 - delta_i)."""
+        with _rigor.precision():
+            total = iv.mpf(1)
+            for _, d, c in self.runs:
+                if d:
+                    total *= _rigor.q(1 - d) ** c
+            return max(Fraction(0), _rigor.lo(total))
 
 
 def approx_profile(epsilon: float, delta: float, at: float) -> float:
-    """delta at ``at`` implied by a single (epsilon, delta)-DP guarantee.
+    """delta at ``at`` implied by a single (epsilon, delta)-DP guarantee, in floats.
 
     f_{eps,delta} has its vertex at alpha* = (1 - delta)/(1 + e^eps); its privacy profile
     (Dong, Roth & Su 2022, Prop. 2.12: delta(E) = 1 + f*(-e^E)) is
@@ -47,7 +102,29 @@ def approx_profile(epsilon: float, delta: float, at: float) -> float:
     """
     if at >= epsilon:
         return delta
-    return delta + (1 - delta) * (math.exp(epsilon) - math.exp(at)) / (1 + math.exp(epsilon))
+    return delta + (1 - delta) * -math.expm1(at - epsilon) / (1 + math.exp(-epsilon))
+
+
+def _profile_upper(epsilon: Fraction, delta: Fraction, at: Fraction) -> Fraction:
+    """Proven upper bound on :func:`approx_profile` for exact arguments."""
+    if at >= epsilon:
+        return delta
+    with _rigor.precision():
+        v = _rigor.q(delta) + _rigor.q(1 - delta) * (1 - _exp(at - epsilon)) / (
+            1 + _exp(-epsilon)
+        )
+        return _rigor.hi(v)
+
+
+def _up(x: Fraction) -> float:
+    """A certified total delta as a float: rounded up, at most 1."""
+    return min(1.0, _rigor.float_up(x))
+
+
+def _finite_up(x: Fraction) -> float | None:
+    """A certified epsilon as a float: rounded up; None if it is not a finite float."""
+    f = _rigor.float_up(x)
+    return f if math.isfinite(f) else None
 
 
 # --- basic composition (Dwork & Roth 2014, Thm 3.16) -------------------------------
@@ -55,12 +132,16 @@ def approx_profile(epsilon: float, delta: float, at: float) -> float:
 
 def basic_epsilon(s: Sums, target_delta: float) -> float | None:
     """(sum eps_i, sum delta_i)-DP, which implies (sum eps_i, target)-DP if sum delta_i <= target."""
-    return s.eps if s.delta <= target_delta else None
+    if s.delta > _rigor.worst_low(target_delta):
+        return None
+    return _finite_up(s.eps)
 
 
 def basic_delta(s: Sums, target_eps: float) -> float:
     """The delta of the composed (sum eps, sum delta) guarantee at ``target_eps``."""
-    return min(1.0, approx_profile(s.eps, min(s.delta, 1.0), target_eps))
+    if s.delta >= 1:
+        return 1.0
+    return _up(_profile_upper(s.eps, s.delta, _rigor.worst_low(target_eps)))
 
 
 # --- advanced composition (Dwork, Rothblum & Vadhan 2010; Dwork & Roth 2014, Thm 3.20) ---
@@ -69,33 +150,45 @@ def basic_delta(s: Sums, target_eps: float) -> float:
 def advanced_epsilon(s: Sums, target_delta: float) -> float | None:
     """eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^eps_i - 1), delta' = target - sum delta_i.
 
-    Homogeneous: eps sqrt(2 n ln(1/delta')) + n eps (e^eps - 1) (seed 000; DR Thm 3.20).
-    The heterogeneous form is the same proof: the privacy loss is a martingale with
-    drift sum eps_i (e^eps_i - 1) (DR Lemma 3.18) and increments bounded by eps_i, so
-    Azuma's inequality bounds its excess by sqrt(2 ln(1/delta') sum eps_i^2).
+    Homogeneous: eps sqrt(2 n ln(1/delta')) + n eps (e^eps - 1) (Dwork & Roth 2014,
+    Thm 3.20). The heterogeneous form is the same proof: the privacy loss is a martingale
+    with drift sum eps_i (e^eps_i - 1) (Dwork & Roth 2014, Lemma 3.18) and increments
+    bounded by eps_i, so Azuma's inequality bounds its excess by
+    sqrt(2 ln(1/delta') sum eps_i^2).
     """
-    slack = target_delta - s.delta
-    if slack <= 0:
+    slack = _rigor.worst_low(target_delta) - s.delta
+    drift = s.eps_drift_hi
+    if slack <= 0 or drift is None:
         return None
-    return math.sqrt(2 * math.log(1 / slack) * s.eps_sq) + s.eps_drift
+    with _rigor.precision():
+        v = iv.sqrt(2 * iv.log(1 / _rigor.q(slack)) * _rigor.q(s.eps_sq)) + _rigor.q(drift)
+        return _finite_up(_rigor.hi(v)) if _rigor.finite(v) else None
 
 
 def advanced_delta(s: Sums, target_eps: float) -> float:
     """Total delta = sum delta_i + delta', with the smallest delta' the theorem allows at eps."""
-    excess = target_eps - s.eps_drift
     if s.eps_sq == 0:
-        return min(1.0, s.delta)
+        return _up(s.delta)
+    drift = s.eps_drift_hi
+    if drift is None:
+        return 1.0
+    excess = _rigor.worst_low(target_eps) - drift
     if excess <= 0:
         return 1.0
-    return min(1.0, s.delta + math.exp(-(excess**2) / (2 * s.eps_sq)))
+    with _rigor.precision():
+        v = _rigor.q(s.delta) + _exp(-(excess**2) / (2 * s.eps_sq))
+        return _up(_rigor.hi(v))
 
 
 # --- Kairouz, Oh & Viswanath 2017, Thm 3.5 ---------------------------------------------
 
 
-def _kov_slack(s: Sums, target_delta: float) -> float:
-    """delta~ such that 1 - (1 - delta~) prod(1 - delta_i) = target."""
-    return -math.expm1(math.log1p(-target_delta) - s.log_keep)
+def _kov_slack(s: Sums, target_delta: float) -> Fraction:
+    """A delta~ with 1 - (1 - delta~) prod(1 - delta_i) <= target (rounded down)."""
+    keep = s.keep_lo
+    if keep <= 0:
+        return Fraction(0)
+    return 1 - (1 - _rigor.worst_low(target_delta)) / keep
 
 
 def kov_epsilon(s: Sums, target_delta: float) -> float | None:
@@ -105,22 +198,35 @@ def kov_epsilon(s: Sums, target_delta: float) -> float | None:
     slack = _kov_slack(s, target_delta)
     if slack <= 0:
         return None
-    second = s.eps_tanh + math.sqrt(2 * s.eps_sq * math.log(math.e + math.sqrt(s.eps_sq) / slack))
-    third = s.eps_tanh + math.sqrt(2 * s.eps_sq * math.log(1 / slack))
-    return min(s.eps, second, third)
+    best = s.eps
+    with _rigor.precision():
+        S = _rigor.q(s.eps_sq)
+        drift = _rigor.q(s.eps_tanh_hi)
+        d = _rigor.q(slack)
+        for v in (
+            drift + iv.sqrt(2 * S * iv.log(iv.e + iv.sqrt(S) / d)),
+            drift + iv.sqrt(2 * S * iv.log(1 / d)),
+        ):
+            if _rigor.finite(v):
+                best = min(best, _rigor.hi(v))
+    return _finite_up(best)
 
 
 def kov_delta(s: Sums, target_eps: float) -> float:
     """The smallest total delta for which :func:`kov_epsilon` is <= target_eps."""
-    keep = math.exp(s.log_keep)
-    if target_eps >= s.eps or s.eps_sq == 0:
-        return min(1.0, 1 - keep)
-    excess = target_eps - s.eps_tanh
+    at = _rigor.worst_low(target_eps)
+    keep = s.keep_lo
+    if at >= s.eps or s.eps_sq == 0:
+        return _up(1 - keep)
+    excess = at - s.eps_tanh_hi
     if excess <= 0:
         return 1.0
     level = excess**2 / (2 * s.eps_sq)  # the log term must be <= level
-    slack = math.exp(-level)  # third form
-    if level > 1:  # second form: e + sqrt(S)/d <= e^level
-        slack = min(slack, math.sqrt(s.eps_sq) / (math.exp(level) - math.e))
-    slack = min(slack, 1.0)
-    return min(1.0, 1 - (1 - slack) * keep)
+    with _rigor.precision():
+        slack = _rigor.hi(_exp(-level))  # third form
+        if level > 1 and level <= _EXP_CAP:  # second form: e + sqrt(S)/d <= e^level
+            v = iv.sqrt(_rigor.q(s.eps_sq)) / (_exp(level) - iv.e)
+            if _rigor.finite(v) and v.a > 0:
+                slack = min(slack, _rigor.hi(v))
+    slack = min(slack, Fraction(1))
+    return _up(1 - (1 - slack) * keep)

@@ -2,9 +2,9 @@
 
 A filter answers a request only if the running total, in an *additive currency*, stays
 within the budget; otherwise it refuses, and the refusal depends only on the costs,
-never on the data (Dwork & Roth 2014, Lemma 2.6). Valid currencies (DESIGN.md §5):
+never on the data (Dwork & Roth 2014, Lemma 2.6). Valid currencies:
 
-- pure DP, sum eps_i <= B: Dwork & Roth 2014, Lemma 2.6 (seed 003), the delta = 0 case
+- pure DP, sum eps_i <= B: Dwork & Roth 2014, Lemma 2.6, the delta = 0 case
   of the filters of Rogers, Roth, Ullman & Vadhan, *Privacy Odometers and Filters:
   Pay-as-you-Go Composition* (NeurIPS 2016);
 - zCDP, sum rho_i <= B: Feldman & Zrnic, *Individual Privacy Accounting via a Rényi
@@ -112,27 +112,45 @@ def filter_for(budget: Guarantee) -> AdditiveFilter:
 
 
 def largest_zcdp_within(epsilon: float, delta: float) -> ZCDP:
-    """The largest rho such that rho-zCDP implies (epsilon, delta)-DP.
+    """The largest rho found such that rho-zCDP provably implies (epsilon, delta)-DP.
 
-    zcdp_delta(rho, eps) is increasing in rho, so bisection finds the boundary; we return
-    the lower end of the final bracket, which satisfies the target.
+    The conversion is the tighter of Bun & Steinke 2016, Prop. 1.3 and Canonne, Kamath &
+    Steinke 2020, Cor. 13 (:func:`dpcurator.privacy.zcdp.zcdp_delta_upper`), whose delta
+    grows with rho. A float bisection finds the boundary; the candidate is then stepped
+    *down* by ulps until the interval-arithmetic upper bound on its delta at epsilon is
+    within delta, both read at the smaller of their binary and decimal values. The rho
+    returned, taken as its exact binary value, meets the budget.
     """
-    from dpcurator.privacy.zcdp import zcdp_delta
+    from dpcurator.privacy import _rigor
+    from dpcurator.privacy.zcdp import zcdp_delta_bun_steinke, zcdp_delta_cks, zcdp_delta_upper
 
+    epsilon = _validate.nonnegative("budget epsilon", epsilon)
+    delta = _validate.probability("budget delta", delta)
     if delta <= 0:
         raise InvalidParameter(
             "an (epsilon, delta) budget needs delta > 0 to be enforced in zCDP; "
             "use PureDP(epsilon) for delta = 0"
         )
+    eps, target = _rigor.worst_low(epsilon), _rigor.worst_low(delta)
+
+    def ok(rho: float) -> bool:
+        return zcdp_delta_upper(Fraction(rho), eps) <= target
+
+    def float_ok(rho: float) -> bool:
+        return min(zcdp_delta_bun_steinke(rho, epsilon), zcdp_delta_cks(rho, epsilon)) <= delta
+
     lo, hi = 0.0, max(1.0, epsilon)
-    while zcdp_delta(hi, epsilon) <= delta:
+    while float_ok(hi):
         lo, hi = hi, hi * 2
+        if hi > 1e300:
+            break
     for _ in range(200):
         mid = (lo + hi) / 2
         if mid in (lo, hi):
             break
-        if zcdp_delta(mid, epsilon) <= delta:
+        if float_ok(mid):
             lo = mid
         else:
             hi = mid
-    return ZCDP(lo)
+    rho = _rigor.step_down(lo, ok, 0.0)
+    return ZCDP(0.0 if rho is None else rho)
