@@ -598,3 +598,15 @@ def test_an_in_memory_ledger_can_be_saved_by_backup(tmp_path):
     assert (rep.charges, rep.analysts) == (1, 1)
     saved = Ledger(tmp_path / "saved.db", IDENTITY)
     assert saved.durable and saved.quota("alice") == Fraction(1, 3)
+
+
+def test_the_first_read_after_opening_includes_later_charges(tmp_path):
+    path = make(tmp_path / "l.db", 3)
+    reader, writer = Ledger(path, IDENTITY), Ledger(path, IDENTITY)
+    charge(writer, 3)
+    assert [r.id for r in reader.charges_after(1)] == [2, 3, 4]
+    assert [r.id for r in reader.charges_after(0)] == [1, 2, 3, 4]
+    again = Ledger(path, IDENTITY)
+    tamper(path, "UPDATE charges SET cost = '1/1000' WHERE id = 4")
+    with pytest.raises(LedgerError, match="charge 4 was altered"):
+        charge(again, 4)

@@ -145,11 +145,11 @@ def _encode(fields: tuple[object, ...]) -> bytes:
 
 
 def _charge_hash(prev: bytes, fields: tuple[object, ...]) -> bytes:
-    return _digest(prev, _encode(fields))
+    return hashlib.sha256(prev + _JSON.encode(fields).encode()).digest()
 
 
 def _answer_seal(charge_hash: bytes, answer: str) -> str:
-    return _digest(b"answer\x00", charge_hash, answer.encode()).hex()
+    return hashlib.sha256(b"answer\x00" + charge_hash + answer.encode()).hexdigest()
 
 
 # --- validation --------------------------------------------------------------------------
@@ -159,19 +159,25 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit() and text[0] != "0"
 
 
-def _positive(text: object) -> Fraction | None:
-    """The positive fraction ``text`` spells exactly as ``str(Fraction)`` would, else None."""
+def _ratio(text: object) -> tuple[int, int] | None:
+    """(n, d) if ``text`` spells a positive fraction n/d exactly as ``str(Fraction)``
+    would (lowest terms, no sign, "n" for d = 1), else None."""
     if type(text) is not str:
         return None
     num, slash, den = text.partition("/")
     if not _digits(num):
         return None
     if not slash:
-        return Fraction(int(num))
+        return int(num), 1
     if not _digits(den):
         return None
     n, d = int(num), int(den)
-    return Fraction(n, d) if d > 1 and math.gcd(n, d) == 1 else None
+    return (n, d) if d > 1 and math.gcd(n, d) == 1 else None
+
+
+def _positive(text: object) -> Fraction | None:
+    r = _ratio(text)
+    return None if r is None else Fraction(*r)
 
 
 def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
@@ -220,6 +226,7 @@ class Ledger:
         self.path = str(path) if self.durable else ":memory:"
         self._closed = False
         self._at_head = False  # inside a write transaction, once the chain's tail is checked
+        self._opened: list[ChargeRow] | None = None
         self._identity = "{}"
         self._genesis = b""
         self._head: tuple[int, bytes] = (0, b"")
@@ -260,7 +267,8 @@ class Ledger:
                     "program; close that program first"
                 )
             self._db.execute("PRAGMA synchronous=FULL")
-        self._verify_all()
+        # A curator reads every charge right after opening: keep what was verified.
+        self._opened = self._verify_all(keep=want is not None)
         if want is not None and self._identity != want:
             have = json.loads(self._identity)
             raise LedgerError(
@@ -324,7 +332,7 @@ class Ledger:
         self._analysts = {}
         self._analysts_head = (0, _analysts_genesis(genesis))
 
-    def _verify_all(self) -> None:
+    def _verify_all(self, *, keep: bool = False) -> list[ChargeRow] | None:
         with self._lock:
             self._head = (0, self._genesis)
             self._analysts = {}
@@ -332,7 +340,8 @@ class Ledger:
             with self._snapshot():
                 self._read_analysts()
                 fetched = self._fetch_after(0)
-            self._verify_after(*fetched, build=False)
+            rows = self._verify_after(*fetched, build=keep)
+            return rows if keep else None
 
     def verify(self) -> int:
         """Verify the whole ledger again (as on open); return the number of charges."""
@@ -422,12 +431,8 @@ class Ledger:
 
     def _verify_row(self, r: tuple, prev: bytes, build: bool) -> tuple[ChargeRow | None, bytes]:
         cid = r[0]
-        cost, level, cov = _positive(r[7]), _positive(r[8]), _valid_coverage(r[6])
-        if (
-            cost is None
-            or level is None
-            or level.numerator * cost.denominator < cost.numerator * level.denominator
-        ):
+        cost, level, cov = _ratio(r[7]), _ratio(r[8]), _valid_coverage(r[6])
+        if cost is None or level is None or level[0] * cost[1] < cost[0] * level[1]:
             raise LedgerError(
                 f"ledger {self.path}: charge {cid} has an invalid cost {r[7]!r} or level "
                 f"{r[8]!r} (each must be a positive fraction, the level at least the cost); "
@@ -470,8 +475,8 @@ class Ledger:
             kind=r[4],
             request=r[5],
             coverage=cov,
-            cost=cost,
-            level=level,
+            cost=Fraction(*cost),
+            level=Fraction(*level),
             noise=r[9],
             answer=answer,
             hash=r[10],
@@ -573,8 +578,13 @@ class Ledger:
     # --- charges --------------------------------------------------------------------------
 
     def charges_after(self, last_id: int) -> list[ChargeRow]:
-        """The charges with an id above ``last_id``, oldest first, each verified."""
+        """The charges with an id above ``last_id``, oldest first, each verified (the
+        first call after opening gets the rows verified by the opening)."""
         with self._lock:
+            opened, self._opened = self._opened, None
+            if opened and last_id < opened[-1].id:
+                later = self.charges_after(opened[-1].id)
+                return [r for r in opened if r.id > last_id] + later
             try:
                 with self._snapshot():
                     fetched = self._fetch_after(last_id)
