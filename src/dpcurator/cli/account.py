@@ -6,9 +6,12 @@ import argparse
 import json
 import math
 import sys
+import warnings
+
+import numpy as np
 
 from dpcurator.errors import InvalidParameter
-from dpcurator.privacy.composition import METHODS, Composition, accountants, compose
+from dpcurator.privacy.composition import METHODS, Composition, accountants, compose, fmt_up
 from dpcurator.privacy.specs import KINDS, parse_spec
 
 _EPILOG = f"""\
@@ -40,6 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Parse, compose, print. Any numerical failure is one line (exit 2), never a traceback."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # library warnings would add lines to stderr
+        try:
+            return _run(args)
+        except (ArithmeticError, RuntimeError, MemoryError) as err:
+            raise InvalidParameter(
+                f"cannot account for these parameters ({type(err).__name__}: {err})"
+            ) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     specs = [parse_spec(s) for s in args.specs]
     if args.epsilon is not None:
         if not math.isfinite(args.epsilon) or args.epsilon < 0:
@@ -100,7 +115,11 @@ def as_table(result: Composition, specs: list) -> str:
     for name, r in result.methods.items():
         mark = "*" if best is not None and name == best.method else ""
         rigorous = "yes" if r.rigorous else "no (approx.)"
-        rows.append((mark, name, f"{r.epsilon:.6g}", f"{r.delta:.6g}", rigorous, r.theorem))
+        # A rigorous figure is shown rounded up, so the printed number still holds.
+        show = fmt_up if r.rigorous else (lambda v: f"{v:.6g}")
+        eps_text = show(r.epsilon) if result.target_delta is not None else f"{r.epsilon:.6g}"
+        delta_text = show(r.delta) if result.target_delta is None else f"{r.delta:.6g}"
+        rows.append((mark, name, eps_text, delta_text, rigorous, r.theorem))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [head, ""]
     for row in rows:
@@ -110,9 +129,9 @@ def as_table(result: Composition, specs: list) -> str:
     lines.append("")
     if best is not None:
         value = (
-            f"epsilon = {best.epsilon:.6g}"
+            f"epsilon = {fmt_up(best.epsilon)}"
             if result.target_delta is not None
-            else (f"delta = {best.delta:.6g}")
+            else (f"delta = {fmt_up(best.delta)}")
         )
         lines.append(f"* best rigorous: {best.method}, {value}")
     else:

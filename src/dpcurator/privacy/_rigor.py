@@ -137,7 +137,7 @@ def fixed(v: Interval, bits: int) -> tuple[int, int]:
 # --- the standard normal cdf, enclosed ----------------------------------------------------
 
 
-def ncdf(x: Fraction) -> Interval:
+def ncdf(x: Fraction, accuracy: int = 128) -> Interval:
     """An interval enclosing Phi(x) for an exact rational x.
 
     Phi(x) = (1 + sign(x) erf(|x|/sqrt 2)) / 2 with the all-positive series
@@ -147,6 +147,7 @@ def ncdf(x: Fraction) -> Interval:
     falls) the rest is at most twice the last term, which is added to the upper end.
     The final 1 - erf runs at a precision grown by the ~1.45 z^2 bits it cancels. Far in
     the lower tail (x <= -40) the Mills-ratio bound 0 <= Phi(x) <= phi(x)/|x| is used.
+    ``accuracy`` is the relative accuracy sought, in bits.
     """
     x = Fraction(x)
     if x == 0:
@@ -156,7 +157,7 @@ def ncdf(x: Fraction) -> Interval:
     if x >= 40:
         return 1 - iv.mpf([0, 1]) * _phi_over_abs(-x)
     z2 = x * x / 2  # z^2, exact
-    bits = _NCDF_BITS + math.ceil(1.45 * float(z2)) + 32
+    bits = accuracy + math.ceil(1.45 * float(z2)) + 32
     num, den = 2 * z2.numerator, z2.denominator  # 2 z^2 = num / den
     one = 1 << (bits + 24)  # fixed point, finer than the 2^-bits stopping tolerance
     t_lo = t_hi = one
@@ -185,14 +186,26 @@ def ncdf(x: Fraction) -> Interval:
     return +out
 
 
-#: Relative accuracy of :func:`ncdf`, in bits, before the cancellation allowance.
-_NCDF_BITS = 128
-
-
 def _phi_over_abs(x: Fraction) -> Interval:
     """phi(x) / |x| enclosed, for the Mills-ratio tail bound."""
     ax = q(abs(x))
-    return iv.exp(-q(x * x / 2)) / iv.sqrt(2 * iv.pi) / ax
+    return exp(-x * x / 2) / iv.sqrt(2 * iv.pi) / ax
+
+
+def phi(x: Fraction) -> Interval:
+    """The standard normal density phi(x) = e^{-x^2/2} / sqrt(2 pi), enclosed."""
+    return exp(-x * x / 2) / iv.sqrt(2 * iv.pi)
+
+
+#: e^x for x below -_EXP_FLOOR is only bounded by [0, e^-_EXP_FLOOR]: far below any float.
+_EXP_FLOOR = 100_000
+
+
+def exp(x: Fraction) -> Interval:
+    """e^x enclosed for an exact rational x; very negative x gives [0, e^-100000]."""
+    if x < -_EXP_FLOOR:
+        return iv.mpf([0, 1]) * iv.exp(iv.mpf(-_EXP_FLOOR))
+    return iv.exp(q(x))
 
 
 # --- stepping a candidate outward ----------------------------------------------------------

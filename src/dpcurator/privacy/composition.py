@@ -21,11 +21,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from types import MappingProxyType
 
+from mpmath import iv
+
 from dpcurator.errors import InvalidParameter
 from dpcurator.privacy import _rigor, _validate, bounds, optimal
+from dpcurator.privacy.discrete_gaussian import MAX_SIGMA as DGAUSS_MAX_SIGMA
+from dpcurator.privacy.discrete_gaussian import MIN_SIGMA as DGAUSS_MIN_SIGMA
 from dpcurator.privacy.discrete_gaussian import effective_gdp_mu
 from dpcurator.privacy.events import (
     DiscreteGaussian,
@@ -103,7 +108,7 @@ def _native_float(e: Event) -> tuple[float, float] | None:
     """(eps, delta) per run as floats, for mechanisms whose guarantee is natively (eps, delta)-DP."""
     match e:
         case Laplace(scale=b) | DiscreteLaplace(scale=b):
-            return (1 / b, 0.0)
+            return (1.0 / b if b >= 1e-300 else math.inf, 0.0)
         case Guaranteed(guarantee=PureDP(epsilon=eps)):
             return (eps, 0.0)
         case Guaranteed(guarantee=ApproxDP(epsilon=eps, delta=d)):
@@ -157,6 +162,8 @@ def _mu_sq(e: Event) -> Fraction | None:
         case DiscreteGaussian(sigma=s):
             # Not exactly 1/sigma: its trade-off curve dips below G_{1/sigma}
             # (Canonne, Kamath & Steinke 2020, Thm 7 vs Dong, Roth & Su 2022, Cor. 2.13).
+            if not DGAUSS_MIN_SIGMA <= s <= DGAUSS_MAX_SIGMA:
+                return None
             return Fraction(effective_gdp_mu(s)) ** 2
         case Guaranteed(guarantee=GDP(mu=mu)):
             return _rigor.worst_high(mu) ** 2
@@ -172,7 +179,8 @@ def _mu_float(e: Event) -> float | None:
         case Gaussian(sigma=s):
             return 1 / s
         case DiscreteGaussian(sigma=s):
-            return effective_gdp_mu(s)
+            ok = DGAUSS_MIN_SIGMA <= s <= DGAUSS_MAX_SIGMA
+            return effective_gdp_mu(s) if ok else None
         case Guaranteed(guarantee=GDP(mu=mu)):
             return mu
     return None
@@ -181,13 +189,16 @@ def _mu_float(e: Event) -> float | None:
 def _clt_moments(e: Event) -> tuple[float, float] | None:
     """(kl, kappa_2) functionals of Dong, Roth & Su 2022, §3.3, per run."""
     native = _native_float(e)
-    if native is not None:
-        eps, d = native
-        return (eps * math.tanh(eps / 2), eps * eps) if d == 0 else None
-    mu = _mu_float(e)
-    if mu is None:
+    try:
+        if native is not None:
+            eps, d = native
+            return (eps * math.tanh(eps / 2), eps * eps) if d == 0 else None
+        mu = _mu_float(e)
+        if mu is None:
+            return None
+        return (mu * mu / 2, mu * mu + mu**4 / 4)
+    except ArithmeticError:
         return None
-    return (mu * mu / 2, mu * mu + mu**4 / 4)
 
 
 def _all(events: tuple[Event, ...], view: Callable[[Event], object]) -> list | None:
@@ -250,7 +261,7 @@ def _accountants(
             # Every run is (eps0, d0)-DP for the largest exact reading among them.
             eps0 = max(eps for eps, _, _ in s.runs)
             d0 = max(d for _, d, _ in s.runs)
-            if optimal.applies(float(eps0), s.n):
+            if optimal.applies(eps0, s.n):
                 out.append(
                     Accountant(
                         "optimal",
@@ -318,25 +329,25 @@ def _delta_up(x: Fraction) -> float:
 
 
 def _show_up(x: Fraction, root: bool = False) -> str:
-    """A parameter for a theorem's text: 6 significant digits, rounded up."""
-    v = math.sqrt(_rigor.float_up(x)) if root else _rigor.float_up(x)
-    return _fmt_up(v)
+    """A parameter for a theorem's text (x, or its square root): 6 digits, rounded up."""
+    if root:
+        with _rigor.precision():
+            v = iv.sqrt(_rigor.q(x))
+            x = _rigor.hi(v) if _rigor.finite(v) else Fraction(10) ** 400
+    return fmt_up(_rigor.float_up(x))
 
 
-def _fmt_up(v: float) -> str:
-    """``v`` with 6 significant digits, rounded up (so a displayed bound still holds)."""
+def fmt_up(v: float) -> str:
+    """``v`` with 6 significant digits, rounded up (so a displayed bound still holds).
+
+    Rounds up the shortest decimal of v; the certified floats of this module are at
+    least the exact figure in that reading too (:func:`dpcurator.privacy._rigor.float_up`).
+    """
     if not math.isfinite(v) or v == 0:
         return f"{v:g}"
-    text = f"{v:.6g}"
-    if float(text) >= v:
-        return text
-    exp = math.floor(math.log10(abs(v)))
-    for k in range(1, 1000):
-        up = float(text) + k * 10.0 ** (exp - 5)
-        cand = f"{up:.6g}"
-        if float(cand) >= v:
-            return cand
-    return text  # pragma: no cover
+    d = Decimal(repr(v))
+    r = d.quantize(Decimal(1).scaleb(d.adjusted() - 5), rounding=ROUND_CEILING)
+    return f"{float(r):.6g}"  # r has at most 6 digits: this prints exactly r
 
 
 #: Beyond this many runs dp-accounting's PLD becomes slow or unreliable: left out.

@@ -50,7 +50,13 @@ def gdp_delta_upper(mu_sq: Fraction, epsilon: Fraction) -> Fraction:
         mu = _rigor.hi(mu_iv)
         a = -epsilon / mu + mu / 2
         b = -epsilon / mu - mu / 2
-        v = _rigor.ncdf(a) - iv.exp(_rigor.q(epsilon)) * _rigor.ncdf(b)
+        if b <= -40:
+            # e^eps phi(b) = phi(a) exactly, and Phi(b) >= phi(b) |b| / (1 + b^2) for b < 0
+            # (the Mills-ratio lower bound): no e^eps of a huge eps is ever formed.
+            second = _rigor.phi(a) * _rigor.q(-b / (1 + b * b))
+        else:
+            second = iv.exp(_rigor.q(epsilon)) * _rigor.ncdf(b)
+        v = _rigor.ncdf(a) - second
         if not _rigor.finite(v):
             return Fraction(1)
         return min(Fraction(1), max(Fraction(0), _rigor.hi(v)))
@@ -102,12 +108,13 @@ def gdp_epsilon_exact(mu_sq: Fraction, delta: Fraction) -> float | None:
     )
 
 
-def gdp_epsilon(mu: float, delta: float) -> float | None:
+def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest eps >= 0 with delta(eps) <= delta for mu-GDP, certified (rounded up).
 
-    None if no finite float eps is certified (mu too large).
+    inf if no finite float eps is certified (mu too large).
     """
-    return gdp_epsilon_exact(_rigor.worst_high(mu) ** 2, _rigor.worst_low(delta))
+    out = gdp_epsilon_exact(_rigor.worst_high(mu) ** 2, _rigor.worst_low(delta))
+    return math.inf if out is None else out
 
 
 def gaussian_tradeoff(mu: float, alpha):  # type: ignore[no-untyped-def]
@@ -131,12 +138,15 @@ def mu_from_pure_exact(eps: Fraction) -> float:
         return math.inf
     if eps == 0:
         return 0.0
-    cand = max(mu_from_pure_float(float(eps)), 0.0)
+    # For tiny eps, mu ~ sqrt(pi/2) eps, and 1/(1 + e^eps) differs from 1/2 by ~eps/4:
+    # resolve that with extra bits.
+    extra = max(0, -math.floor(math.log2(eps)))
+    cand = max(mu_from_pure_float(float(eps)), 1.2533141373155 * float(eps))
 
     def ok(m: float) -> bool:
-        with _rigor.precision():
+        with _rigor.precision(_rigor.PREC + extra):
             p = 1 / (1 + iv.exp(_rigor.q(eps)))
-            return _rigor.hi(_rigor.ncdf(-Fraction(m) / 2)) <= _rigor.lo(p)
+            return _rigor.hi(_rigor.ncdf(-Fraction(m) / 2, 128 + extra)) <= _rigor.lo(p)
 
     out = _rigor.step_up(cand, ok)
     return math.inf if out is None else out

@@ -47,7 +47,7 @@ _BITS = 192
 _DROP = 96
 
 
-def applies(epsilon: float, n: int) -> bool:
+def applies(epsilon: float | Fraction, n: int) -> bool:
     """Whether this module evaluates (and certifies) n runs of this epsilon."""
     return 1 <= n <= MAX_RUNS and 0 <= epsilon <= MAX_EPSILON
 
@@ -106,9 +106,11 @@ def log_delta_rr(epsilon: float, n: int, eps_prime: float) -> float:
 
 def optimal_delta_float(epsilon: float, delta: float, n: int, eps_prime: float) -> float:
     """delta_n(eps') in floats: fast, about 1e-11 relative, not certified."""
-    rr = math.exp(log_delta_rr(epsilon, n, eps_prime))
+    rr = math.exp(min(log_delta_rr(epsilon, n, eps_prime), 0.0))
     if delta == 0:
         return rr
+    if rr >= 1:
+        return 1.0
     return -math.expm1(n * math.log1p(-delta) + math.log1p(-rr))
 
 
@@ -263,9 +265,9 @@ def optimal_epsilon_exact(
     (:func:`dpcurator.privacy._rigor.certify_decreasing`). The result is within about
     1e-13 relative of the exact optimum and never below it.
     """
-    fe, fd = float(eps), float(d)
-    if not applies(fe, n):
+    if not applies(eps, n):
         return None
+    fe, fd = float(eps), float(d)
     target = _rigor.worst_low(target_delta)
     if _floor_hi(d, n) >= target:
         return None

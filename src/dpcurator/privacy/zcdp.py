@@ -80,7 +80,7 @@ def bun_steinke_upper(rho: Fraction, epsilon: Fraction) -> Fraction:
     if epsilon <= rho:
         return Fraction(1)
     with _rigor.precision():
-        v = iv.exp(-_rigor.q((epsilon - rho) ** 2 / (4 * rho)))
+        v = _rigor.exp(-((epsilon - rho) ** 2) / (4 * rho))
         return min(Fraction(1), _rigor.hi(v)) if _rigor.finite(v) else Fraction(1)
 
 
@@ -97,7 +97,7 @@ def cks_upper(rho: Fraction, epsilon: Fraction, alpha: Fraction) -> Fraction:
         )
         if not _rigor.finite(log_d) or _rigor.hi(log_d) >= 0:
             return Fraction(1)
-        v = iv.exp(log_d)
+        v = _rigor.exp(_rigor.hi(log_d))
         return _rigor.hi(v) if _rigor.finite(v) else Fraction(1)
 
 
