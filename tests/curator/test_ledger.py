@@ -610,3 +610,16 @@ def test_the_first_read_after_opening_includes_later_charges(tmp_path):
     tamper(path, "UPDATE charges SET cost = '1/1000' WHERE id = 4")
     with pytest.raises(LedgerError, match="charge 4 was altered"):
         charge(again, 4)
+
+
+def test_a_running_ledger_never_extends_an_edited_tail(tmp_path):
+    path = tmp_path / "l.db"
+    led = Ledger(path, IDENTITY)
+    led.register_analyst("alice", Fraction(3, 10))
+    charge(led, 0)
+    tamper(path, "UPDATE analysts SET quota = '1' WHERE seq = 1")
+    with pytest.raises(LedgerError, match="analyst entry 1 was altered"):
+        led.register_analyst("bob")
+    tamper(path, "UPDATE charges SET level = '1/10' WHERE id = 1")
+    with pytest.raises(LedgerError, match="charge 1 was altered"):
+        charge(led, 1)

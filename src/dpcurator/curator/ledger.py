@@ -619,7 +619,7 @@ class Ledger:
                 head_n, head_h = self._meta_head("charges_head")
                 if (head_n, head_h) != (self._head[0], self._head[1].hex()):
                     self._read_after(self._head[0])  # others appended: verify first
-                self._check_tail("charges", "id", "charge", self._head)
+                self._check_charges_tail()
                 self._at_head = True  # until this transaction ends, only we append
             cid = self._head[0] + 1
             fields = (
@@ -689,16 +689,32 @@ class Ledger:
             self._refresh_analysts()
             return dict(self._analysts)
 
-    def _check_tail(self, table: str, key: str, what: str, head: tuple[int, bytes]) -> None:
-        """Before extending a chain, see that its verified last row is still there."""
-        if head[0] == 0:
+    def _check_charges_tail(self) -> None:
+        """Before extending the chain, verify its last charge again, in full."""
+        n, h = self._head
+        if n > 0:
+            self._read_after(n - 1, build=False)
+            if self._head != (n, h):
+                raise self._broken(f"charge {n} was altered or removed")
+
+    def _check_analysts_tail(self) -> None:
+        """Before extending the quotas' chain, verify its last entry again, in full."""
+        n, h = self._analysts_head
+        if n == 0:
             return
-        r = self._db.execute(f"SELECT hash FROM {table} WHERE {key} = ?", (head[0],)).fetchone()
-        if r is None or r[0] != head[1].hex():
-            raise self._broken(f"{what} {head[0]} was altered or removed")
+        if n == 1:
+            prev = _analysts_genesis(self._genesis)
+        else:
+            r = self._db.execute("SELECT hash FROM analysts WHERE seq = ?", (n - 1,)).fetchone()
+            prev = b"" if r is None else bytes.fromhex(r[0])
+        r = self._db.execute(
+            "SELECT seq, created, name, quota FROM analysts WHERE seq = ?", (n,)
+        ).fetchone()
+        if r is None or _digest(prev, _encode(tuple(r))) != h:
+            raise self._broken(f"analyst entry {n} was altered or removed")
 
     def _append_analyst(self, name: str, quota: Fraction | None) -> None:
-        self._check_tail("analysts", "seq", "analyst entry", self._analysts_head)
+        self._check_analysts_tail()
         n, prev = self._analysts_head
         seq = n + 1
         text = None if quota is None else str(quota)
