@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dpcurator import Curator
+from dpcurator.curator.admission import Request
 from dpcurator.privacy import PureDP
 from dpcurator.queries import Query
 
@@ -70,15 +71,15 @@ def latency(n_answered: int, tmp: Path, data: Path, schema_path: Path) -> tuple[
         schema = c._backends["data"].schema
         for _ in range(n_answered):
             q = mixed_request(schema, rnd)
-            c._charge("data", q, Fraction(1, 100), "count", q.text, "bench", None)
+            c._charge("data", [Request(q, Fraction(1, 100), "count", q.text, "bench")], None)
         times, exact = [], []
         for _ in range(200):
             q = mixed_request(schema, rnd)
             t = time.perf_counter()
-            c._filter.spent_on("data", q)  # the exact path, taken only near the budget
+            c._filter.fork().spent_on("data", q)  # the exact path, taken only near the budget
             exact.append(time.perf_counter() - t)
             t = time.perf_counter()
-            c._charge("data", q, Fraction(1, 100), "count", q.text, "bench", None)
+            c._charge("data", [Request(q, Fraction(1, 100), "count", q.text, "bench")], None)
             times.append(time.perf_counter() - t)
     ms, ex = np.array(times) * 1e3, np.array(exact) * 1e3
     return tuple(float(np.percentile(a, p)) for a in (ms, ex) for p in (50, 95))

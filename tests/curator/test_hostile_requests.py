@@ -312,3 +312,30 @@ def test_every_error_is_one_of_ours(people):
                     call()
                 except DpCuratorError as err:
                     assert "\n" not in str(err)
+
+
+# --- estimates ---------------------------------------------------------------------------
+
+
+def test_an_estimate_charges_nothing_and_agrees_with_the_answer(people, tmp_path):
+    ledger = tmp_path / "l.db"
+    with open_(people, ledger=ledger) as c:
+        e = c.estimate("histogram", attribute="region", epsilon=0.5)
+        assert e.admitted and e.cells == 4 and e.cost == 0.5 and e.noise == "discrete_laplace"
+        assert charges(ledger) == 0
+        h = c.histogram("region", epsilon=0.5)
+        assert h.cells[0].half_width == e.half_width
+        assert c.estimate("count", query="region = 'east'", epsilon=0.5).admitted
+        assert not c.estimate("count", query="region = 'east'", epsilon=0.6).admitted
+        assert c.estimate("sum", attribute="age", lower=0, upper=100, epsilon=0.2).noise_parameter == 500
+        alice = c.analyst("alice", quota=0.1)
+        assert not alice.estimate("count", query="age > 3", epsilon=0.2).admitted
+        for kind, args in [
+            ("count", {"query": "age < 300"}),
+            ("nope", {"epsilon": 0.1}),
+            ("count", {"epsilon": 0.1, "bogus": 1}),
+            ("sum", {"attribute": "age", "epsilon": 0.1}),
+        ]:
+            with pytest.raises(DpCuratorError):
+                c.estimate(kind, **args)
+        assert charges(ledger) == 1

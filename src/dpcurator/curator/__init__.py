@@ -2,7 +2,7 @@
 
 from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget
-from dpcurator.curator.curator import AnalystSession, Curator, Remaining
+from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
 from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "Answer",
     "Budget",
     "Curator",
+    "Estimate",
     "HistoryEntry",
     "OverlapFilter",
     "Remaining",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -69,6 +69,46 @@ class Remaining:
     value: float
     budget: float
     quota: float | None
+    exact: bool
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request validated and priced, not yet charged: the points it covers, the cells
+    it releases (with their labels), and its cost and sensitivity."""
+
+    table: str
+    covered: Query
+    cells: tuple[Query, ...]
+    labels: tuple[str, ...]
+    kind: str
+    request: str
+    cost: Cost
+    sensitivity: int
+    attribute: str = ""  # sums: the summed attribute and its clip bounds
+    lower: int = 0
+    upper: int = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a request would cost and how accurate it would be, before asking it.
+
+    ``expected_abs_error`` is E|noise| of each released value and ``half_width`` its
+    exact 95% half-width, from the discrete distribution; ``admitted`` says whether the
+    budget (and the analyst's quota) would admit it now (``exact`` False: the decision
+    used a safe bound because the exact check ran out of time)."""
+
+    kind: str
+    request: str
+    cells: int
+    cost: float
+    currency: str
+    noise: str
+    noise_parameter: float
+    expected_abs_error: float
+    half_width: int
+    admitted: bool
     exact: bool
 
 
@@ -299,128 +339,88 @@ class Curator:
             f"have {left}{bound} left of {whose}{tail}"
         )
 
-    def _release(
-        self,
-        *,
-        table: str,
-        covered: Query,
-        cells: Sequence[Query],
-        labels: Sequence[str],
-        kind: str,
-        request: str,
-        cost: Cost,
-        sensitivity: int,
-        analyst: str | None,
-        true_values: Callable[[Any], list[int]] | None = None,
-    ) -> tuple[int, Fraction, list[Answer]]:
+    def _release(self, p: Prepared, analyst: str | None) -> tuple[int, Fraction, list[Answer]]:
+        """Charge one prepared request, then count, add noise and record the answer."""
         self._quota(analyst)  # an unknown analyst is an error before anything else
-        noise, half = self._noise(cost, sensitivity * self._k)  # every limit before the charge
+        noise, half = self._noise(p.cost, p.sensitivity * self._k)  # every limit first
         ((charge_id, d),) = self._charge(
-            table, [Request(covered, cost.amount, kind, request, str(noise))], analyst
+            p.table, [Request(p.covered, p.cost.amount, p.kind, p.request, str(noise))], analyst
         )
-        left = self.budget.amount - d.spent - cost.amount
-        be = self._backends[table]
-        truth = be.counts(list(cells)) if true_values is None else true_values(be)
-        drawn = np.atleast_1d(noise.sample(size=len(cells), rng=self._rng))
-        noisy = [int(t) + int(z) for t, z in zip(np.atleast_1d(truth), drawn, strict=True)]
+        left = self.budget.amount - d.spent - p.cost.amount
+        be = self._backends[p.table]
+        if p.kind == "sum":
+            truth = [int(be.clipped_sum(p.attribute, p.lower, p.upper, p.covered))]
+        else:
+            truth = [int(v) for v in be.counts(list(p.cells))]
+        drawn = np.atleast_1d(noise.sample(size=len(p.cells), rng=self._rng))
+        noisy = [t + int(z) for t, z in zip(truth, drawn, strict=True)]
         name, param = _describe(noise)
         remaining = self.budget.display(left)
+        cost = self.budget.display(p.cost.amount)
+        cur = self.budget.currency
         answers = [
-            Answer(
-                label,
-                v,
-                name,
-                param,
-                self.budget.display(cost.amount),
-                self.budget.currency,
-                half,
-                remaining,
-                charge_id,
-            )
-            for label, v in zip(labels, noisy, strict=True)
+            Answer(label, v, name, param, cost, cur, half, remaining, charge_id)
+            for label, v in zip(p.labels, noisy, strict=True)
         ]
-        self._ledger.record_answer(charge_id, dict(zip(labels, noisy, strict=True)))
+        self._ledger.record_answer(charge_id, dict(zip(p.labels, noisy, strict=True)))
         return charge_id, left, answers
 
-    def _release_table(
-        self,
-        table: str,
-        covered: Query,
-        cells: list[Query],
-        labels: list[str],
-        kind: str,
-        request: str,
-        cost: Cost,
-        analyst: str | None,
-    ) -> TableAnswer:
+    def _table_answer(self, p: Prepared, analyst: str | None) -> TableAnswer:
         """Disjoint cells of one histogram or marginal: one charge on their union."""
-        charge_id, left, answers = self._release(
-            table=table,
-            covered=covered,
-            cells=cells,
-            labels=labels,
-            kind=kind,
-            request=request,
-            cost=cost,
-            sensitivity=1,
-            analyst=analyst,
-        )
+        charge_id, left, answers = self._release(p, analyst)
         return TableAnswer(
-            request,
+            p.request,
             tuple(answers),
-            self.budget.display(cost.amount),
+            self.budget.display(p.cost.amount),
             self.budget.currency,
             self.budget.display(left),
             charge_id,
         )
 
-    # --- the analyst's requests ---------------------------------------------------------
+    # --- requests, validated and priced (nothing charged) -------------------------------
 
-    def count(
+    def _prepare(self, kind: object, args: Mapping[str, Any]) -> Prepared:
+        """Validate a request given as its kind and keyword arguments (as the HTTP
+        service receives it) into a :class:`Prepared` request."""
+        makers = {
+            "count": self._prepare_count,
+            "histogram": self._prepare_histogram,
+            "marginal": self._prepare_marginal,
+            "sum": self._prepare_sum,
+        }
+        if not isinstance(kind, str) or kind not in makers:
+            raise InvalidParameter(f"kind must be one of {', '.join(makers)}, got {kind!r}")
+        try:
+            return makers[kind](**args)
+        except TypeError as err:  # an unknown or missing keyword
+            raise InvalidParameter(f"{kind}: {err}") from None
+
+    def _prepare_count(
         self,
         query: str | Query | None = None,
         *,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
         table: str | None = None,
-        _analyst: str | None = None,
-    ) -> Answer:
-        """A noisy count of the rows satisfying ``query`` (None: all rows)."""
+    ) -> Prepared:
         t = self._table(table)
         q = requests.canonical_query(query, self._schema(t))
         cost = self.budget.cost(epsilon, rho, mu)
         text = q.text or "total"
-        _, _, answers = self._release(
-            table=t,
-            covered=q,
-            cells=[q],
-            labels=[text],
-            kind="count",
-            request=text,
-            cost=cost,
-            sensitivity=1,
-            analyst=_analyst,
-        )
-        return answers[0]
+        return Prepared(t, q, (q,), (text,), "count", text, cost, 1)
 
-    def histogram(
+    def _prepare_histogram(
         self,
         attribute: str,
         bins: Sequence[int] | None = None,
         *,
         where: str | Query | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
         table: str | None = None,
-        _analyst: str | None = None,
-    ) -> TableAnswer:
-        """Noisy counts of every value (or half-open integer bin) of ``attribute``.
-
-        The bins are disjoint, so the histogram costs its cost once on every point it
-        covers (Smith et al. 2022, Thm 5), not once per bin.
-        """
+    ) -> Prepared:
         t = self._table(table)
         schema = self._schema(t)
         attr = schema.attribute(requests.attribute_name(attribute, schema))
@@ -432,36 +432,29 @@ class Curator:
                     f"a histogram of {attr.size} cells exceeds {requests.MAX_CELLS}: give bins="
                 )
             spans = [(i, i + 1) for i in range(attr.size)]
+            covered = base
+            request = f"histogram({attr.name})"
         else:
             spans, _ = requests.histogram_bins(attr, bins)
-        if len(spans) > requests.MAX_CELLS:
-            raise InvalidParameter(
-                f"a histogram of {len(spans)} cells exceeds {requests.MAX_CELLS}"
-            )
-        cells = [_and(base, {attr.name: (s,)}) for s in spans]
-        covered = _and(base, {attr.name: tuple(spans)}) if bins is not None else base
-        edges = (
-            None if bins is None else [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
-        )
-        request = f"histogram({attr.name}{'' if edges is None else f', bins={edges}'})"
+            covered = _and(base, {attr.name: tuple(spans)})
+            edges = [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
+            request = f"histogram({attr.name}, bins={edges})"
         if where is not None:
             request += f" where {base.text}"
-        labels = [Query.from_coverages(schema, {attr.name: (s,)}).to_text() for s in spans]
-        return self._release_table(t, covered, cells, labels, "histogram", request, cost, _analyst)
+        cells = tuple(_and(base, {attr.name: (s,)}) for s in spans)
+        labels = tuple(Query.from_coverages(schema, {attr.name: (s,)}).to_text() for s in spans)
+        return Prepared(t, covered, cells, labels, "histogram", request, cost, 1)
 
-    def marginal(
+    def _prepare_marginal(
         self,
         attributes: Sequence[str],
         *,
         where: str | Query | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
         table: str | None = None,
-        _analyst: str | None = None,
-    ) -> TableAnswer:
-        """Noisy counts of every cell of the product of ``attributes``' values: disjoint
-        cells, charged once on every point they cover."""
+    ) -> Prepared:
         t = self._table(table)
         schema = self._schema(t)
         if isinstance(attributes, str):
@@ -487,7 +480,88 @@ class Curator:
         request = f"marginal({', '.join(names)})" + (
             f" where {base.text}" if where is not None else ""
         )
-        return self._release_table(t, base, cells, labels, "marginal", request, cost, _analyst)
+        return Prepared(t, base, tuple(cells), tuple(labels), "marginal", request, cost, 1)
+
+    def _prepare_sum(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | Query | None = None,
+        *,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
+        table: str | None = None,
+    ) -> Prepared:
+        t = self._table(table)
+        schema = self._schema(t)
+        name = requests.attribute_name(attribute, schema)
+        if schema.attribute(name).type != "integer":
+            raise QueryError(f"sum needs an integer attribute; {name!r} is categorical")
+        lo, hi = requests.clip_bounds(lower, upper)
+        base = requests.canonical_query(where, schema)
+        cost = self.budget.cost(epsilon, rho, mu)
+        request = f"sum({name}, {lo}, {hi})" + (f" where {base.text}" if where is not None else "")
+        return Prepared(
+            t, base, (base,), (request,), "sum", request, cost, max(abs(lo), abs(hi)), name, lo, hi
+        )
+
+    # --- the analyst's requests ---------------------------------------------------------
+
+    def count(
+        self,
+        query: str | Query | None = None,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        _analyst: str | None = None,
+    ) -> Answer:
+        """A noisy count of the rows satisfying ``query`` (None: all rows)."""
+        p = self._prepare_count(query, epsilon=epsilon, rho=rho, mu=mu, table=table)
+        return self._release(p, _analyst)[2][0]
+
+    def histogram(
+        self,
+        attribute: str,
+        bins: Sequence[int] | None = None,
+        *,
+        where: str | Query | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        _analyst: str | None = None,
+    ) -> TableAnswer:
+        """Noisy counts of every value (or half-open integer bin) of ``attribute``.
+
+        The bins are disjoint, so the histogram costs its cost once on every point it
+        covers (Smith et al. 2022, Thm 5), not once per bin.
+        """
+        p = self._prepare_histogram(
+            attribute, bins, where=where, epsilon=epsilon, rho=rho, mu=mu, table=table
+        )
+        return self._table_answer(p, _analyst)
+
+    def marginal(
+        self,
+        attributes: Sequence[str],
+        *,
+        where: str | Query | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        _analyst: str | None = None,
+    ) -> TableAnswer:
+        """Noisy counts of every cell of the product of ``attributes``' values: disjoint
+        cells, charged once on every point they cover."""
+        p = self._prepare_marginal(
+            attributes, where=where, epsilon=epsilon, rho=rho, mu=mu, table=table
+        )
+        return self._table_answer(p, _analyst)
 
     def sum(
         self,
@@ -508,33 +582,48 @@ class Curator:
         integers: the clipped sum of an integer attribute is then an integer, and integer
         noise hides all of it (a fractional part would leak untouched).
         """
-        t = self._table(table)
-        schema = self._schema(t)
-        name = requests.attribute_name(attribute, schema)
-        if schema.attribute(name).type != "integer":
-            raise QueryError(f"sum needs an integer attribute; {name!r} is categorical")
-        lo, hi = requests.clip_bounds(lower, upper)
-        sensitivity = max(abs(lo), abs(hi))
-        base = requests.canonical_query(where, schema)
-        cost = self.budget.cost(epsilon, rho, mu)
-        request = f"sum({name}, {lo}, {hi})" + (f" where {base.text}" if where is not None else "")
-
-        def truth(be: Any) -> list[int]:
-            return [int(be.clipped_sum(name, lo, hi, base))]
-
-        _, _, answers = self._release(
-            table=t,
-            covered=base,
-            cells=[base],
-            labels=[request],
-            kind="sum",
-            request=request,
-            cost=cost,
-            sensitivity=sensitivity,
-            analyst=_analyst,
-            true_values=truth,
+        p = self._prepare_sum(
+            attribute, lower, upper, where, epsilon=epsilon, rho=rho, mu=mu, table=table
         )
-        return answers[0]
+        return self._release(p, _analyst)[2][0]
+
+    def estimate(self, kind: str, _analyst: str | None = None, **args: Any) -> Estimate:
+        """What a request would cost and how accurate it would be, and whether it would
+        be admitted now; charges nothing and reads no data.
+
+        ``kind`` is ``count``, ``histogram``, ``marginal`` or ``sum``; ``args`` are that
+        method's keyword arguments (``estimate("count", query="age < 30", epsilon=0.1)``).
+        """
+        p = self._prepare(kind, args)
+        self._quota(_analyst)
+        noise, half = self._noise(p.cost, p.sensitivity * self._k)
+        with self._ledger.lock:
+            self._sync()
+            quota = self._quota(_analyst)
+            fork = self._filter.fork()
+        d = fork.decide(
+            p.table,
+            p.covered,
+            p.cost.amount,
+            analyst=_analyst,
+            quota=quota,
+            deadline=time.monotonic() + self._time_limit,
+        )
+        assert d is not None
+        name, param = _describe(noise)
+        return Estimate(
+            kind=p.kind,
+            request=p.request,
+            cells=len(p.cells),
+            cost=self.budget.display(p.cost.amount),
+            currency=self.budget.currency,
+            noise=name,
+            noise_parameter=param,
+            expected_abs_error=noise.expected_abs(),
+            half_width=half,
+            admitted=d.admitted,
+            exact=d.exact,
+        )
 
     def release(
         self,
@@ -735,6 +824,9 @@ class AnalystSession:
         self, queries: Sequence[str | Query], costs: Sequence[float], **kw: Any
     ) -> list[Answer]:
         return self._c.release(queries, costs, _analyst=self.name, **kw)
+
+    def estimate(self, kind: str, **args: Any) -> Estimate:
+        return self._c.estimate(kind, _analyst=self.name, **args)
 
     def remaining(self, query: str | Query | None = None, **kw: Any) -> float:
         return self._c.remaining(query, _analyst=self.name, **kw)
