@@ -109,3 +109,63 @@ def test_bad_spec_in_a_real_process_has_no_traceback():
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert "gaussian:-3" in p.stderr and p.stdout == ""
+
+
+def test_epsilon_mode_at_10_to_the_5_runs_does_not_crash(capsys):
+    # used to end in an OverflowError traceback (basic's delta)
+    assert main(["account", "--epsilon", "17.8559", "--json", "pure:0.01x100000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["methods"]["optimal"]["delta"] >= 1e-5
+    assert out["best"]["method"] == "optimal"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--delta", "5e-324", "pure:1"],
+        ["--delta", "1e-5", "pure:5e-324"],
+        ["--delta", "1e-5", "pure:1e300"],
+        ["--delta", "1e-5", "pure:1e400"],
+        ["--delta", "1e-5", "pure:1x100000000000000000000"],
+        ["--delta", "1e-5", "pure:700x10"],
+        ["--epsilon", "1e300", "pure:1"],
+        ["--epsilon", "1e400", "pure:1"],
+        ["--epsilon", "5e-324", "pure:1"],
+        ["--delta", "1e-5", "gaussian:5e-324"],
+        ["--delta", "1e-5", "gaussian:1e300"],
+        ["--delta", "1e-5", "gdp:1e300"],
+        ["--delta", "1e-5", "zcdp:1e300"],
+        ["--delta", "1e-5", "zcdp:5e-324"],
+        ["--delta", "1e-5", "approx:1,0.99999999"],
+        ["--delta", "0.999999999", "pure:1"],
+        ["--delta", "1e-5", "dgaussian:1e-300"],
+        ["--delta", "1e-5", "dgaussian:1e300"],
+        ["--delta", "1e-5", "laplace:5e-324"],
+        ["--delta", "1e-5", "approx:1,5e-324x1000"],
+        ["--epsilon", "1e300", "gaussian:1"],
+        ["--delta", "1", "pure:1"],
+        ["--delta", "0", "pure:1"],
+        ["--epsilon", "inf", "pure:1"],
+    ],
+)
+def test_extreme_input_is_a_table_or_one_line(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        raise SystemExit(main(["account", *args]))
+    captured = capsys.readouterr()
+    assert exit_.value.code in (0, 2), captured.err
+    if exit_.value.code == 2:
+        assert len(captured.err.strip().splitlines()) == 1 and "error" in captured.err
+        assert captured.out == ""
+    else:
+        assert captured.err == ""
+        assert "Traceback" not in captured.out
+
+
+def test_table_rounds_rigorous_figures_up(capsys):
+    from dpcurator.privacy.composition import fmt_up
+
+    assert fmt_up(4.306791372516508) == "4.3068"  # to nearest it would be 4.30679 < the bound
+    assert fmt_up(1.2345651) == "1.23457" and fmt_up(1e-05) == "1e-05"
+    assert main(["account", "--delta", "1e-5", "pure:0.1x100"]) == 0
+    out = capsys.readouterr().out
+    assert "best rigorous: optimal, epsilon = 4.3068\n" in out

@@ -41,13 +41,13 @@ def test_three_gaussians_are_one_gdp():
     assert r["pld"].delta == pytest.approx(r["gdp"].delta, abs=1e-4)
 
 
-def test_issue_example_best_is_optimal():
+def test_example_best_is_optimal():
     r = compose([pure(0.1, 100)], delta=1e-5)
     assert r.best.method == "optimal"
     assert round(r.best.epsilon, 4) == 4.3068
     assert r["basic"].epsilon == pytest.approx(10.0)
-    seed = 100 * 0.1 * math.expm1(0.1) + 0.1 * math.sqrt(2 * 100 * math.log(1e5))
-    assert r["advanced"].epsilon == pytest.approx(seed, rel=1e-12)
+    dr320 = 100 * 0.1 * math.expm1(0.1) + 0.1 * math.sqrt(2 * 100 * math.log(1e5))
+    assert r["advanced"].epsilon == pytest.approx(dr320, rel=1e-12)
     assert not r["clt"].rigorous and r.best.method != "clt"
 
 
@@ -81,7 +81,7 @@ def test_optimal_at_100000_is_fast_enough_to_run_in_tests():
     assert optimal_delta(0.01, 0.0, 100_000, eps * (1 - 1e-9)) > 1e-5
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.floats(0.01, 2.0), st.integers(1, 300), st.sampled_from([1e-3, 1e-6, 1e-9]))
 def test_every_rigorous_bound_is_at_least_the_optimum(eps, n, delta):
     r = compose([pure(eps, n)], delta=delta)

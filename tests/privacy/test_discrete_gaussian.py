@@ -17,7 +17,7 @@ def _pmf(sigma, half=400):
 
 
 def test_profile_exceeds_continuous_gaussian_at_sigma_2_eps_1():
-    # DESIGN.md §9: sigma = 2, eps = 1: 0.00725 (discrete) vs 0.00683 (G_{1/2}).
+    # sigma = 2, eps = 1: 0.00725 (discrete, CKS 2020 Thm 7) vs 0.00683 (G_{1/2}, DRS Cor. 2.13).
     assert round(dgauss_delta(2.0, 1.0), 5) == 0.00725
     assert round(GDP(0.5).delta_at(1.0), 5) == 0.00683
 

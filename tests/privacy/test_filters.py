@@ -17,7 +17,7 @@ from dpcurator.privacy.filters import (
 )
 
 
-def test_seed_003_curator_example():
+def test_third_query_of_0_4_is_refused_within_1_0():
     f = pure_filter(PureDP(1.0))
     f.spend(0.4)
     f.spend(0.4)

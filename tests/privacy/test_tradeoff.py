@@ -1,4 +1,4 @@
-"""Trade-off functions and the parallel composition of seed 002."""
+"""Trade-off functions and parallel composition (Smith et al., PoPETs 2022, Thm 5)."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """Pure privacy mathematics: guarantees, conversions, composition, filters, trade-offs.
 
-No I/O, no randomness, no data (DESIGN.md §2).
+No I/O, no randomness, no data.
 """
 
 from dpcurator.privacy.guarantees import GDP, ZCDP, ApproxDP, Guarantee, PureDP

@@ -141,7 +141,9 @@ def mu_from_pure_exact(eps: Fraction) -> float:
     # For tiny eps, mu ~ sqrt(pi/2) eps, and 1/(1 + e^eps) differs from 1/2 by ~eps/4:
     # resolve that with extra bits.
     extra = max(0, -math.floor(math.log2(eps)))
-    cand = max(mu_from_pure_float(float(eps)), 1.2533141373155 * float(eps))
+    cand = mu_from_pure_float(float(eps))
+    if eps < Fraction(1, 10**8) or cand <= 0:
+        cand = 1.2533141373155003 * float(eps)  # sqrt(pi / 2) eps, first order
 
     def ok(m: float) -> bool:
         with _rigor.precision(_rigor.PREC + extra):

@@ -1,6 +1,6 @@
 """Privacy guarantees as immutable, validated values, with their valid conversions.
 
-Neighbouring tables differ by adding or removing one row (DESIGN.md §3). Every
+Neighbouring tables differ by adding or removing one row. Every
 conversion cites the theorem that makes it valid; none is an approximation.
 """
 

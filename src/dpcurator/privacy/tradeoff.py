@@ -86,7 +86,7 @@ def from_profile(
 
 def lower_convex_envelope(curves: Iterable[TradeOff], label: str = "") -> TradeOff:
     """lce{f_1, ..., f_k}: the parallel composition of mechanisms on disjoint parts of the
-    domain (Smith et al., PoPETs 2022, seed 002, Thm 5).
+    domain (Smith et al., PoPETs 2022, Thm 5).
 
     Computed as the lower convex hull (Andrew's monotone chain) of the pointwise minimum.
     """
