@@ -339,3 +339,20 @@ def test_an_estimate_charges_nothing_and_agrees_with_the_answer(people, tmp_path
             with pytest.raises(DpCuratorError):
                 c.estimate(kind, **args)
         assert charges(ledger) == 1
+
+
+def test_a_workload_is_text_never_a_file_name(people, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("age < 3\n")
+    with open_(people) as c:
+        with pytest.raises(DpCuratorError):
+            c.release_workload(str(secret), epsilon=0.5)
+        plan, answers = c.release_workload(
+            "histogram(region)\nmarginal(sex, region)\nage < 30 @ 2", epsilon=0.5
+        )
+        assert len(answers) == len(plan.queries) == 4 + 8 + 1
+        assert c.remaining() == pytest.approx(0.5, abs=1e-6)
+        plan, _ = c.release_workload("total", epsilon=0.6)  # only 0.5 is left: planned with it
+        assert plan.notes and c.remaining() < 1e-6
+        with pytest.raises(BudgetExceeded):
+            c.release_workload("total")

@@ -331,7 +331,6 @@ def print_summary(d: dict[str, Any], stream) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
-    from dpcurator.planner import PlanBudget, make_plan
     from dpcurator.planner.consistency import cells_matrix
     from dpcurator.queries import Schema, parse_workload
 
@@ -341,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     guarantee = budget_from(args)
     steps = postprocess_steps(args.postprocess)
     opts = load_options(args)
-    prog = Progress(args.progress or sys.stderr.isatty(), 5)
+    prog = Progress(args.progress or sys.stderr.isatty(), 4)
     prog.step("reading the workload")
     schema = Schema.load(args.schema)
     workload = parse_workload(Path(args.workload), schema)
@@ -359,20 +358,10 @@ def run(args: argparse.Namespace) -> int:
         with Curator.open(
             data=args.data, schema=schema, budget=guarantee, ledger=args.ledger, **opts
         ) as cur:
-            budget = PlanBudget.of(guarantee)
-            left = cur.remaining()
-            available = budget.additive(left) if budget.currency == "mu" else left
-            prog.step("planning")
-            plan = make_plan(
-                workload.queries,
-                workload.weights,
-                guarantee,
-                args.allocation,
-                available=available if available < budget.amount * (1 - 1e-12) else None,
-                time_limit=args.time_limit,
+            prog.step("planning, charging, counting, noise")
+            plan, answers = cur.release_workload(
+                workload, allocation=args.allocation, time_limit=args.time_limit
             )
-            prog.step("charging, counting, noise")
-            answers = cur.release(list(plan.queries), list(plan.values), kind="workload")
         prog.step("writing")
         released = apply_postprocess(steps, plan, [a.value for a in answers], system)
         rows = rows_of(plan, answers, released)

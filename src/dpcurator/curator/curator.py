@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,8 +32,11 @@ from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, Decision
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
-from dpcurator.queries import Query, Schema
+from dpcurator.queries import Query, Schema, Workload, parse_workload_text
 from dpcurator.queries.predicates import intersect
+
+if TYPE_CHECKING:
+    from dpcurator.planner import Plan
 
 #: The single table's name when the curator is opened with ``data=`` and ``schema=``.
 DEFAULT_TABLE = "data"
@@ -690,6 +693,75 @@ class Curator:
             )
         self._ledger.record_answers([(a.charge_id, {a.query: a.value}) for a in answers])
         return answers
+
+    def release_workload(
+        self,
+        workload: str | Workload,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        allocation: str = "optimal",
+        table: str | None = None,
+        time_limit: float = 30.0,
+        _analyst: str | None = None,
+    ) -> tuple[Plan, list[Answer]]:
+        """Plan a whole workload and release it, all or nothing.
+
+        ``workload``: workload text (queries, ``histogram(...)``, ``marginal(...)``, one
+        per line; never read as a file name) or a parsed :class:`Workload`. The cost,
+        in the budget's currency, is this release's total (default: the whole budget);
+        the plan spends at most what is left at the worst point of the domain (and of
+        the analyst's quota), so the filter admits it everywhere. The planner chooses
+        per-query costs (``sequential``, ``uniform`` or ``optimal``) from public
+        information only; the release then goes through :meth:`release`.
+        """
+        from dpcurator.planner import make_plan
+
+        t = self._table(table)
+        schema = self._schema(t)
+        wl = workload if isinstance(workload, Workload) else parse_workload_text(workload, schema)
+        if len(wl) == 0:
+            raise InvalidParameter("the workload has no queries")
+        if len(wl) > requests.MAX_BATCH:
+            raise InvalidParameter(f"a workload of {len(wl)} queries exceeds {requests.MAX_BATCH}")
+        for q in wl.queries:
+            if q.schema != schema:
+                raise QueryError("the workload was parsed against another schema than this table's")
+        if (
+            isinstance(time_limit, bool)
+            or not isinstance(time_limit, int | float)
+            or not (0 < time_limit <= 3600)
+        ):
+            raise InvalidParameter(
+                f"time_limit must be a number of seconds in (0, 3600], got {time_limit!r}"
+            )
+        if epsilon is None and rho is None and mu is None:
+            guarantee: Any = self.budget.guarantee
+            total = self.budget.amount
+        else:
+            cost = self.budget.cost(epsilon, rho, mu)
+            guarantee = self.budget.guarantee_of(float(cost.param))
+            total = cost.amount
+        left = self.remaining_detail(_analyst=_analyst)
+        available = min(
+            total,
+            self.budget.additive(exact_number(left.value, "remaining"))
+            if left.value > 0
+            else Fraction(0),
+        )
+        plan = make_plan(
+            wl.queries,
+            wl.weights,
+            guarantee,
+            allocation,
+            available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
+            time_limit=time_limit,
+        )
+        answers = self.release(
+            list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
+        )
+        return plan, answers
 
     # --- budget and history ------------------------------------------------------------
 

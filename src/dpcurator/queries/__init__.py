@@ -13,7 +13,7 @@ from dpcurator.queries.overlap import (
     max_overlap,
     overlap_graph,
 )
-from dpcurator.queries.parser import Workload, parse_query, parse_workload
+from dpcurator.queries.parser import Workload, parse_query, parse_workload, parse_workload_text
 from dpcurator.queries.predicates import Predicate, Query, common_point, disjoint
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -32,4 +32,5 @@ __all__ = [
     "overlap_graph",
     "parse_query",
     "parse_workload",
+    "parse_workload_text",
 ]

@@ -468,6 +468,14 @@ def parse_workload(source: str | Path, schema: Schema) -> Workload:
             raise WorkloadError(f"{name}: workload is not UTF-8 text") from None
     else:
         name, text = "<workload>", source
+    return parse_workload_text(text, schema, name=name)
+
+
+def parse_workload_text(text: str, schema: Schema, *, name: str = "<workload>") -> Workload:
+    """Parse workload text (the format of :func:`parse_workload`), never reading a file:
+    for text that comes from someone who must not name files on this machine."""
+    if not isinstance(text, str):
+        raise WorkloadError(f"{name}: a workload must be text, got {type(text).__name__}")
     queries: list[Query] = []
     weights: list[float] = []
 
