@@ -16,8 +16,26 @@ from fractions import Fraction
 from functools import cached_property
 
 from mpmath import iv
+from mpmath.libmp import (
+    fone,
+    from_int,
+    from_rational,
+    fzero,
+    mpf_add,
+    mpf_div,
+    mpf_exp,
+    mpf_mul,
+    mpf_pow_int,
+    mpf_sub,
+    round_ceiling,
+    round_floor,
+    to_rational,
+)
 
 from dpcurator.privacy import _rigor
+
+#: Working precision (bits) of the per-mechanism sums.
+_SUM_PREC = 128
 
 #: Beyond this exponent e^x is replaced by a bound (its value no longer matters).
 _EXP_CAP = 2000
@@ -59,38 +77,52 @@ class Sums:
             merged[key] = merged.get(key, 0) + c
         return Sums(tuple((e, d, c) for (e, d), c in merged.items()))
 
+    # The three sums below run once per distinct mechanism (10^4 of them is common), so
+    # they use mpmath's directed-rounding primitives directly: the same outward rounding
+    # as mpmath.iv, without its per-operation conversions. Each step rounds towards the
+    # bound it serves (ceiling for an upper, floor for a lower bound).
+
     @cached_property
     def eps_drift_hi(self) -> Fraction | None:
         """Upper bound on sum eps_i (e^eps_i - 1) (advanced composition); None if huge."""
         if any(e > 700 for e, _, _ in self.runs):
             return None
-        with _rigor.precision():
-            total = iv.mpf(0)
-            for e, _, c in self.runs:
-                total += c * _rigor.q(e) * (_exp(e) - 1)
-            return _rigor.hi(total)
+        total = fzero
+        for e, _, c in self.runs:
+            x = from_rational(e.numerator, e.denominator, _SUM_PREC, round_ceiling)
+            growth = mpf_sub(mpf_exp(x, _SUM_PREC, round_ceiling), fone, _SUM_PREC, round_ceiling)
+            term = mpf_mul(mpf_mul(x, growth, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling)
+            total = mpf_add(total, term, _SUM_PREC, round_ceiling)
+        return Fraction(*to_rational(total))
 
     @cached_property
     def eps_tanh_hi(self) -> Fraction:
-        """Upper bound on sum eps_i tanh(eps_i / 2) = sum eps_i (e^eps_i - 1)/(e^eps_i + 1) (KOV)."""
-        with _rigor.precision():
-            total = iv.mpf(0)
-            for e, _, c in self.runs:
-                if e > _EXP_CAP:
-                    total += c * _rigor.q(e)  # tanh <= 1
-                else:
-                    total += c * _rigor.q(e) * (1 - 2 / (_exp(e) + 1))
-            return _rigor.hi(total)
+        """Upper bound on sum eps_i tanh(eps_i / 2) = sum eps_i (1 - 2/(e^eps_i + 1)) (KOV)."""
+        total = fzero
+        two = from_int(2)
+        for e, _, c in self.runs:
+            x = from_rational(e.numerator, e.denominator, _SUM_PREC, round_ceiling)
+            if e > _EXP_CAP:
+                tanh = fone  # tanh <= 1
+            else:
+                big = mpf_add(mpf_exp(x, _SUM_PREC, round_ceiling), fone, _SUM_PREC, round_ceiling)
+                small = mpf_div(two, big, _SUM_PREC, round_floor)  # 2/(e^x + 1), from below
+                tanh = mpf_sub(fone, small, _SUM_PREC, round_ceiling)
+            term = mpf_mul(mpf_mul(x, tanh, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling)
+            total = mpf_add(total, term, _SUM_PREC, round_ceiling)
+        return Fraction(*to_rational(total))
 
     @cached_property
     def keep_lo(self) -> Fraction:
         """Lower bound on prod (1 - delta_i)."""
-        with _rigor.precision():
-            total = iv.mpf(1)
-            for _, d, c in self.runs:
-                if d:
-                    total *= _rigor.q(1 - d) ** c
-            return max(Fraction(0), _rigor.lo(total))
+        total = fone
+        for _, d, c in self.runs:
+            if d:
+                k = 1 - d
+                base = from_rational(k.numerator, k.denominator, _SUM_PREC, round_floor)
+                power = mpf_pow_int(base, c, _SUM_PREC, round_floor)
+                total = mpf_mul(total, power, _SUM_PREC, round_floor)
+        return max(Fraction(0), Fraction(*to_rational(total)))
 
 
 def approx_profile(epsilon: float, delta: float, at: float) -> float:
