@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpcurator.backends import load_table
-from dpcurator.errors import DataError
+from dpcurator.errors import DataError, InvalidParameter
 from dpcurator.queries import Attribute, Query, Schema, parse_query
 
 HOSTILE = [
@@ -260,4 +260,18 @@ def test_file_order_kept_on_a_connection_that_does_not_preserve_it():
         assert b.counts([parse_query(t, AGE) for t in ("total", "age = 0")]).tolist() == [2, 2]
     setting = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()
     assert setting == [(False,)]  # the owner's setting is back
+    con.close()
+
+
+def test_table_name_clash_in_any_letter_case():
+    con = duckdb.connect()
+    frame = pd.DataFrame({"age": [1, 2]})
+    with load_table(frame, AGE, connection=con, name="data") as b:
+        for clash in ("data", "DATA", "Data"):
+            with pytest.raises(InvalidParameter, match=f"table '{clash}' already exists"):
+                load_table(frame, AGE, connection=con, name=clash)
+        con.execute('CREATE VIEW "My View" AS SELECT 1')
+        with pytest.raises(InvalidParameter, match="already exists"):
+            load_table(frame, AGE, connection=con, name="my view")
+        assert b.counts([parse_query("total", AGE)]).tolist() == [2]
     con.close()
