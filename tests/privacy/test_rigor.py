@@ -282,8 +282,10 @@ def test_largest_zcdp_within_meets_its_budget(eps, delta):
 def test_basic_advanced_kov_hold_exactly(eps, n, d, target):
     r = compose([Guaranteed(ApproxDP(eps, d), n)], delta=target, methods=["basic", "advanced", "kov"])
     e, dd, t = high(eps), high(d), low(target)
-    if "basic" in r.methods:
-        assert low(r["basic"].epsilon) >= n * e and n * dd <= t
+    if "basic" in r.methods:  # rational: compared exactly (a decimal is not an exact mpf)
+        got = min(Fraction(r["basic"].epsilon), Fraction(repr(r["basic"].epsilon)))
+        assert got >= n * max(Fraction(eps), Fraction(repr(eps)))
+        assert n * max(Fraction(d), Fraction(repr(d))) <= min(Fraction(target), Fraction(repr(target)))
     if "advanced" in r.methods:
         assert low(r["advanced"].epsilon) >= advanced_epsilon(e, n, dd, t)
     if "kov" in r.methods:
@@ -316,8 +318,7 @@ def test_basic_delta_at_epsilon_is_rounded_up():
 
 def test_laplace_is_read_at_its_smaller_scale():
     r = compose([Laplace(3.0, 7)], delta=1e-6, methods=["basic", "optimal"])
-    exact = 7 / low(3.0)
-    assert low(r["basic"].epsilon) >= exact
+    assert Fraction(r["basic"].epsilon) >= Fraction(7, 3)
     assert kov33_delta(1 / low(3.0), mpf(0), 7, low(r["optimal"].epsilon)) <= low(1e-6)
 
 
