@@ -22,6 +22,12 @@ class InvalidParameter(DpCuratorError, ValueError):
     reason = "invalid_parameter"
 
 
+class TooLarge(InvalidParameter):
+    """A request is larger than the curator's limits (cells, queries, text, body)."""
+
+    reason = "too_large"
+
+
 class SpecError(InvalidParameter):
     """A mechanism spec on the command line (``KIND:PARAMS[xCOUNT]``) is malformed."""
 
@@ -66,3 +72,22 @@ class BudgetExceeded(DpCuratorError):
     """
 
     reason = "budget_exceeded"
+
+
+class AuthenticationError(DpCuratorError):
+    """The HTTP service did not accept the credentials (missing, unknown or revoked
+    token), or the caller is not allowed this route."""
+
+    reason = "unauthorized"
+
+
+class RateLimited(DpCuratorError):
+    """The HTTP service refused a request because the caller sent too many."""
+
+    reason = "rate_limited"
+
+
+class ServiceUnavailable(DpCuratorError):
+    """The HTTP service could not answer (its ledger is unusable, or it failed)."""
+
+    reason = "unavailable"

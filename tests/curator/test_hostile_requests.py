@@ -11,7 +11,13 @@ from fractions import Fraction
 import pytest
 
 from dpcurator import Curator
-from dpcurator.errors import BudgetExceeded, DpCuratorError, InvalidParameter, QueryError
+from dpcurator.errors import (
+    BudgetExceeded,
+    DpCuratorError,
+    InvalidParameter,
+    QueryError,
+    TooLarge,
+)
 from dpcurator.privacy import PureDP
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.predicates import Predicate
@@ -168,7 +174,7 @@ def test_exact_costs_given_as_fraction_or_decimal(people):
         (lambda c: c.marginal([], epsilon=0.5), QueryError),
         (lambda c: c.marginal(x for x in ["sex", "sex"]), QueryError),
         (lambda c: c.count("(" * 5000 + "age < 3" + ")" * 5000, epsilon=0.5), QueryError),
-        (lambda c: c.count("age < 3 AND " * 10_000 + "age < 4", epsilon=0.5), QueryError),
+        (lambda c: c.count("age < 3 AND " * 10_000 + "age < 4", epsilon=0.5), TooLarge),
         (lambda c: c.count(42, epsilon=0.5), QueryError),
         (lambda c: c.count(b"age < 3", epsilon=0.5), QueryError),
         (lambda c: c.count("age < 3", epsilon=0.5, table=["data"]), InvalidParameter),

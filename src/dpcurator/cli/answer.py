@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dpcurator.cli import options
 from dpcurator.errors import InvalidParameter
 
 POSTPROCESS = ("none", "clamp", "round", "consistent")
@@ -74,11 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, metavar="FILE", help="CSV (optionally .gz) or Parquet")
     p.add_argument("--schema", required=True, metavar="S.json", help="schema file (JSON)")
     p.add_argument("--workload", required=True, metavar="W.txt", help="workload file")
-    g = p.add_argument_group("budget")
-    g.add_argument("--epsilon", type=float, help="pure DP epsilon (with --delta: (eps, delta)-DP)")
-    g.add_argument("--delta", type=float, help="delta of an (eps, delta) target")
-    g.add_argument("--rho", type=float, help="zCDP rho")
-    g.add_argument("--mu", type=float, help="Gaussian DP mu")
+    options.add_budget(p)
     p.add_argument("--allocation", choices=("optimal", "uniform", "sequential"), default="optimal")
     p.add_argument("--out", metavar="FILE", help="answers file (.csv or .json)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -96,24 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="time for the overlap solver and the optimiser (default 30)",
     )
-    ld = p.add_argument_group("loading the data")
-    ld.add_argument("--separator", default=",", help="field separator (Adult: ', ')")
-    hd = ld.add_mutually_exclusive_group()
-    hd.add_argument("--header", dest="header", action="store_true", default=None)
-    hd.add_argument("--no-header", dest="header", action="store_false")
-    ld.add_argument(
-        "--columns",
-        metavar="NAMES",
-        help="every column of a headerless file, comma-separated, or @FILE / a file "
-        "with one name per line",
-    )
-    ld.add_argument("--skip", type=int, default=0, metavar="N", help="skip N leading lines")
-    ld.add_argument(
-        "--on-invalid",
-        choices=("error", "drop"),
-        default="error",
-        help="rows with values outside the schema: stop (default) or drop them",
-    )
+    options.add_loading(p)
     p.add_argument("--progress", action="store_true", help="show progress on stderr")
     p.set_defaults(handler=run)
 
@@ -141,37 +121,6 @@ class Progress:
             )
 
 
-def budget_from(args: argparse.Namespace):
-    from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
-
-    given = [n for n in ("epsilon", "rho", "mu") if getattr(args, n) is not None]
-    if len(given) != 1:
-        raise InvalidParameter(
-            "give exactly one budget: --epsilon E [--delta D], --rho R or --mu M"
-        )
-    for n in ("epsilon", "delta", "rho", "mu"):
-        v = getattr(args, n)
-        if v is not None and not math.isfinite(v):
-            raise InvalidParameter(f"--{n} must be a finite number, got {v}")
-    if args.delta is not None and given != ["epsilon"]:
-        raise InvalidParameter("--delta goes with --epsilon")
-    if args.epsilon is not None:
-        if not args.epsilon > 0:
-            raise InvalidParameter(f"--epsilon must be > 0, got {args.epsilon:g}")
-        if args.delta is None or args.delta == 0:
-            return PureDP(args.epsilon)
-        if not 0 < args.delta < 1:
-            raise InvalidParameter(f"--delta must be in (0, 1), got {args.delta:g}")
-        return ApproxDP(args.epsilon, args.delta)
-    if args.rho is not None:
-        if not args.rho > 0:
-            raise InvalidParameter(f"--rho must be > 0, got {args.rho:g}")
-        return ZCDP(args.rho)
-    if not args.mu > 0:
-        raise InvalidParameter(f"--mu must be > 0, got {args.mu:g}")
-    return GDP(args.mu)
-
-
 def postprocess_steps(text: str) -> list[str]:
     steps = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in steps if s not in POSTPROCESS]
@@ -181,34 +130,6 @@ def postprocess_steps(text: str) -> list[str]:
             f"{', '.join(POSTPROCESS)} (comma-separated)"
         )
     return [s for s in steps if s != "none"]
-
-
-def _columns(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    path = Path(text[1:] if text.startswith("@") else text)
-    if text.startswith("@") or ("," not in text and path.is_file()):
-        names = [ln.strip() for ln in path.read_text().splitlines()]
-        names = [n for n in names if n and not n.startswith("#")]
-    else:
-        names = [n.strip() for n in text.split(",")]
-    if not names or any(not n for n in names):
-        raise InvalidParameter(f"--columns: give every column name, got {text!r}")
-    return names
-
-
-def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    if args.skip < 0:
-        raise InvalidParameter(f"--skip must be >= 0, got {args.skip}")
-    opts: dict[str, Any] = {"separator": args.separator, "skip": args.skip}
-    if args.header is not None:
-        opts["header"] = args.header
-    cols = _columns(args.columns)
-    if cols is not None:
-        opts["columns"] = cols
-    if args.on_invalid == "drop":
-        opts["on_invalid"] = "drop"
-    return opts
 
 
 def apply_postprocess(steps, plan, values, system=None) -> np.ndarray:
@@ -337,9 +258,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     if not (args.time_limit > 0 and math.isfinite(args.time_limit)):
         raise InvalidParameter(f"--time-limit must be a positive number, got {args.time_limit}")
-    guarantee = budget_from(args)
+    guarantee = options.budget_from(args)
     steps = postprocess_steps(args.postprocess)
-    opts = load_options(args)
+    opts = options.load_options(args)
     prog = Progress(args.progress or sys.stderr.isatty(), 4)
     prog.step("reading the workload")
     schema = Schema.load(args.schema)

@@ -29,7 +29,7 @@ from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
 from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, Decision, OverlapFilter
-from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError
+from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.queries import Query, Schema, Workload, parse_workload_text
@@ -240,6 +240,30 @@ class Curator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def ledger(self) -> Ledger:
+        """The durable ledger (charges, analysts, credentials)."""
+        return self._ledger
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(self._backends)
+
+    def schema(self, table: str | None = None) -> Schema:
+        """The public schema of ``table`` (or of the only table)."""
+        return self._schema(self._table(table))
+
+    def add_analyst(self, name: str, *, quota: float | None = None, admin: bool = False) -> str:
+        """Register an analyst with a new bearer token for the HTTP service and return
+        it (shown once: the ledger keeps only its hash). An analyst who already has a
+        token gets a new one; the old one stops working."""
+        name = requests.analyst_name(name)
+        q = None if quota is None else self.budget.additive(exact_number(quota, "quota"))
+        if not isinstance(admin, bool):
+            raise InvalidParameter(f"admin must be true or false, got {admin!r}")
+        with self._ledger.lock:
+            return self._ledger.add_credential(name, quota=q, admin=admin)
+
     # --- the filter's state ------------------------------------------------------------
 
     def _sync(self) -> None:
@@ -431,7 +455,7 @@ class Curator:
         cost = self.budget.cost(epsilon, rho, mu)
         if bins is None:
             if attr.size > requests.MAX_CELLS:
-                raise InvalidParameter(
+                raise TooLarge(
                     f"a histogram of {attr.size} cells exceeds {requests.MAX_CELLS}: give bins="
                 )
             spans = [(i, i + 1) for i in range(attr.size)]
@@ -474,7 +498,7 @@ class Curator:
         attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
         if n > requests.MAX_CELLS:
-            raise InvalidParameter(f"a marginal of {n} cells exceeds {requests.MAX_CELLS}")
+            raise TooLarge(f"a marginal of {n} cells exceeds {requests.MAX_CELLS}")
         cells, labels = [], []
         for combo in itertools.product(*(range(a.size) for a in attrs)):
             cell = {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
@@ -724,7 +748,7 @@ class Curator:
         if len(wl) == 0:
             raise InvalidParameter("the workload has no queries")
         if len(wl) > requests.MAX_BATCH:
-            raise InvalidParameter(f"a workload of {len(wl)} queries exceeds {requests.MAX_BATCH}")
+            raise TooLarge(f"a workload of {len(wl)} queries exceeds {requests.MAX_BATCH}")
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")
@@ -899,6 +923,9 @@ class AnalystSession:
 
     def estimate(self, kind: str, **args: Any) -> Estimate:
         return self._c.estimate(kind, _analyst=self.name, **args)
+
+    def release_workload(self, workload: str | Workload, **kw: Any) -> tuple[Plan, list[Answer]]:
+        return self._c.release_workload(workload, _analyst=self.name, **kw)
 
     def remaining(self, query: str | Query | None = None, **kw: Any) -> float:
         return self._c.remaining(query, _analyst=self.name, **kw)

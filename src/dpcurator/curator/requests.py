@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.errors import InvalidParameter, QueryError, TooLarge
 from dpcurator.queries import Query, Schema, parse_query
 from dpcurator.queries.predicates import Predicate, render_coverage
 
@@ -40,7 +40,7 @@ def canonical_query(query: object, schema: Schema) -> Query:
         return Query.from_coverages(schema, {})
     if isinstance(query, str):
         if len(query) > MAX_QUERY_TEXT:
-            raise QueryError(f"query text of {len(query)} characters exceeds {MAX_QUERY_TEXT}")
+            raise TooLarge(f"query text of {len(query)} characters exceeds {MAX_QUERY_TEXT}")
         return parse_query(query, schema)
     if not isinstance(query, Query):
         raise QueryError(f"a query must be text or a Query, got {type(query).__name__}")
@@ -82,7 +82,7 @@ def bounded_list(items: object, limit: int, what: str) -> list[Any]:
         raise InvalidParameter(f"{what} must be a list, got {type(items).__name__}")
     out = list(itertools.islice(items, limit + 1))
     if len(out) > limit:
-        raise InvalidParameter(f"{what} has more than {limit} items")
+        raise TooLarge(f"{what} has more than {limit} items")
     return out
 
 

@@ -1,0 +1,98 @@
+"""Options that several subcommands share: the budget, and how to load a data file."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from dpcurator.errors import InvalidParameter
+
+
+def add_budget(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("budget")
+    g.add_argument("--epsilon", type=float, help="pure DP epsilon (with --delta: (eps, delta)-DP)")
+    g.add_argument("--delta", type=float, help="delta of an (eps, delta) target")
+    g.add_argument("--rho", type=float, help="zCDP rho")
+    g.add_argument("--mu", type=float, help="Gaussian DP mu")
+
+
+def add_loading(p: argparse.ArgumentParser) -> None:
+    ld = p.add_argument_group("loading the data")
+    ld.add_argument("--separator", default=",", help="field separator (Adult: ', ')")
+    hd = ld.add_mutually_exclusive_group()
+    hd.add_argument("--header", dest="header", action="store_true", default=None)
+    hd.add_argument("--no-header", dest="header", action="store_false")
+    ld.add_argument(
+        "--columns",
+        metavar="NAMES",
+        help="every column of a headerless file, comma-separated, or @FILE / a file "
+        "with one name per line",
+    )
+    ld.add_argument("--skip", type=int, default=0, metavar="N", help="skip N leading lines")
+    ld.add_argument(
+        "--on-invalid",
+        choices=("error", "drop"),
+        default="error",
+        help="rows with values outside the schema: stop (default) or drop them",
+    )
+
+
+def budget_from(args: argparse.Namespace):
+    from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
+
+    given = [n for n in ("epsilon", "rho", "mu") if getattr(args, n) is not None]
+    if len(given) != 1:
+        raise InvalidParameter(
+            "give exactly one budget: --epsilon E [--delta D], --rho R or --mu M"
+        )
+    for n in ("epsilon", "delta", "rho", "mu"):
+        v = getattr(args, n)
+        if v is not None and not math.isfinite(v):
+            raise InvalidParameter(f"--{n} must be a finite number, got {v}")
+    if args.delta is not None and given != ["epsilon"]:
+        raise InvalidParameter("--delta goes with --epsilon")
+    if args.epsilon is not None:
+        if not args.epsilon > 0:
+            raise InvalidParameter(f"--epsilon must be > 0, got {args.epsilon:g}")
+        if args.delta is None or args.delta == 0:
+            return PureDP(args.epsilon)
+        if not 0 < args.delta < 1:
+            raise InvalidParameter(f"--delta must be in (0, 1), got {args.delta:g}")
+        return ApproxDP(args.epsilon, args.delta)
+    if args.rho is not None:
+        if not args.rho > 0:
+            raise InvalidParameter(f"--rho must be > 0, got {args.rho:g}")
+        return ZCDP(args.rho)
+    if not args.mu > 0:
+        raise InvalidParameter(f"--mu must be > 0, got {args.mu:g}")
+    return GDP(args.mu)
+
+
+def _columns(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    path = Path(text[1:] if text.startswith("@") else text)
+    if text.startswith("@") or ("," not in text and path.is_file()):
+        names = [ln.strip() for ln in path.read_text().splitlines()]
+        names = [n for n in names if n and not n.startswith("#")]
+    else:
+        names = [n.strip() for n in text.split(",")]
+    if not names or any(not n for n in names):
+        raise InvalidParameter(f"--columns: give every column name, got {text!r}")
+    return names
+
+
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.skip < 0:
+        raise InvalidParameter(f"--skip must be >= 0, got {args.skip}")
+    opts: dict[str, Any] = {"separator": args.separator, "skip": args.skip}
+    if args.header is not None:
+        opts["header"] = args.header
+    cols = _columns(args.columns)
+    if cols is not None:
+        opts["columns"] = cols
+    if args.on_invalid == "drop":
+        opts["on_invalid"] = "drop"
+    return opts
