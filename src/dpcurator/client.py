@@ -1,0 +1,240 @@
+"""A Python client of ``dpcurator serve``: the analyst session, over HTTP.
+
+:class:`Client` has the methods of the in-process
+:class:`~dpcurator.curator.curator.AnalystSession`, with the same arguments, the same
+return types (:class:`~dpcurator.curator.answers.Answer`,
+:class:`~dpcurator.curator.answers.TableAnswer`, ...) and the same exceptions
+(:class:`~dpcurator.errors.BudgetExceeded`, :class:`~dpcurator.errors.QueryError`, ...),
+so a script moves from one to the other by changing the line that makes the session::
+
+    session = curator.analyst("alice")                               # in process
+    session = Client("https://curator.example:8443", token=TOKEN)     # over HTTP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from dpcurator import errors
+from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.curator import Estimate, Remaining
+
+#: The exception each error reason of the service becomes.
+_ERRORS: dict[str, type[errors.DpCuratorError]] = {
+    "budget_exceeded": errors.BudgetExceeded,
+    "invalid_query": errors.QueryError,
+    "invalid_parameter": errors.InvalidParameter,
+    "invalid_request": errors.InvalidParameter,
+    "invalid_workload": errors.WorkloadError,
+    "invalid_schema": errors.SchemaError,
+    "invalid_spec": errors.SpecError,
+    "too_large": errors.TooLarge,
+    "unauthorized": errors.AuthenticationError,
+    "forbidden": errors.AuthenticationError,
+    "rate_limited": errors.RateLimited,
+}
+
+
+def _answer(d: dict[str, Any]) -> Answer:
+    return Answer(
+        d["query"],
+        d["value"],
+        d["noise"]["name"],
+        d["noise"]["parameter"],
+        d["cost"]["amount"],
+        d["cost"]["currency"],
+        d["half_width"],
+        d["remaining"],
+        d["charge_id"],
+    )
+
+
+def _table(d: dict[str, Any]) -> TableAnswer:
+    return TableAnswer(
+        d["request"],
+        tuple(_answer(c) for c in d["cells"]),
+        d["cost"]["amount"],
+        d["cost"]["currency"],
+        d["remaining"],
+        d["charge_id"],
+    )
+
+
+class Client:
+    """An analyst's connection to a dpcurator service (``url``, bearer ``token``).
+
+    ``verify``: TLS verification, as httpx takes it (True, False, or a CA bundle path).
+    Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 120.0, verify: bool | str = True
+    ) -> None:
+        if not isinstance(token, str) or not token:
+            raise errors.InvalidParameter("a token is needed (dpcurator analysts add prints one)")
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            verify=verify,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport ---------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as err:
+            raise errors.ServiceUnavailable(f"cannot reach the curator: {err}") from None
+        if r.status_code < 400:
+            return r.json()
+        try:
+            body = r.json()
+            reason, message = body["error"], body["message"]
+        except (ValueError, KeyError, TypeError):
+            reason, message = "unavailable", f"HTTP {r.status_code}"
+        raise _ERRORS.get(reason, errors.ServiceUnavailable)(message)
+
+    @staticmethod
+    def _body(**fields: Any) -> dict[str, Any]:
+        return {k: v for k, v in fields.items() if v is not None}
+
+    # --- the analyst session -----------------------------------------------------------
+
+    def count(
+        self,
+        query: str | None = None,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> Answer:
+        body = self._body(query=query, epsilon=epsilon, rho=rho, mu=mu, table=table)
+        return _answer(self._call("POST", "/v1/count", json=body))
+
+    def histogram(
+        self,
+        attribute: str,
+        bins: Sequence[int] | None = None,
+        *,
+        where: str | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> TableAnswer:
+        body = self._body(
+            attribute=attribute,
+            bins=None if bins is None else list(bins),
+            where=where,
+            epsilon=epsilon,
+            rho=rho,
+            mu=mu,
+            table=table,
+        )
+        return _table(self._call("POST", "/v1/histogram", json=body))
+
+    def marginal(
+        self,
+        attributes: Sequence[str],
+        *,
+        where: str | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> TableAnswer:
+        body = self._body(
+            attributes=list(attributes), where=where, epsilon=epsilon, rho=rho, mu=mu, table=table
+        )
+        return _table(self._call("POST", "/v1/marginal", json=body))
+
+    def sum(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | None = None,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> Answer:
+        body = self._body(
+            attribute=attribute,
+            lower=lower,
+            upper=upper,
+            where=where,
+            epsilon=epsilon,
+            rho=rho,
+            mu=mu,
+            table=table,
+        )
+        return _answer(self._call("POST", "/v1/sum", json=body))
+
+    def release(
+        self, queries: Sequence[str], costs: Sequence[float], *, table: str | None = None
+    ) -> list[Answer]:
+        body = self._body(queries=list(queries), costs=list(costs), table=table)
+        return [_answer(a) for a in self._call("POST", "/v1/release", json=body)["answers"]]
+
+    def release_workload(
+        self,
+        workload: str,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        allocation: str = "optimal",
+        table: str | None = None,
+    ) -> tuple[dict[str, Any], list[Answer]]:
+        """Plan and release a workload; returns (the plan's summary, the answers)."""
+        body = self._body(
+            workload=workload, epsilon=epsilon, rho=rho, mu=mu, allocation=allocation, table=table
+        )
+        out = self._call("POST", "/v1/release", json=body)
+        return {k: v for k, v in out.items() if k != "answers"}, [_answer(a) for a in out["answers"]]
+
+    def estimate(self, kind: str, **args: Any) -> Estimate:
+        e = self._call("POST", "/v1/estimate", json=self._body(kind=kind, **args))
+        return Estimate(
+            kind=e["kind"],
+            request=e["request"],
+            cells=e["cells"],
+            cost=e["cost"]["amount"],
+            currency=e["cost"]["currency"],
+            noise=e["noise"]["name"],
+            noise_parameter=e["noise"]["parameter"],
+            expected_abs_error=e["expected_abs_error"],
+            half_width=e["half_width"],
+            admitted=e["admitted"],
+            exact=e["exact"],
+        )
+
+    def remaining_detail(self, query: str | None = None, *, table: str | None = None) -> Remaining:
+        b = self._call("GET", "/v1/budget", params=self._body(query=query, table=table))
+        return Remaining(b["remaining"], b["remaining_budget"], b["quota_remaining"], b["exact"])
+
+    def remaining(self, query: str | None = None, *, table: str | None = None) -> float:
+        return self.remaining_detail(query, table=table).value
+
+    def history(self) -> list[HistoryEntry]:
+        return [HistoryEntry(**h) for h in self._call("GET", "/v1/history")]
+
+    def schema(self) -> dict[str, Any]:
+        """The public schema of every table, the budget and its currency."""
+        return self._call("GET", "/v1/schema")

@@ -1,0 +1,292 @@
+"""The curator as an HTTP service: FastAPI routes that only translate.
+
+Every route authenticates the caller (a bearer token whose hash the ledger holds),
+turns the JSON body into a call on the in-process analyst session, and turns the result
+or the error into JSON. The curator decides everything else: what a request may
+contain, what it costs, whether the budget and the caller's quota admit it. No route
+returns a row, and no message, status or header depends on the data: errors come from
+the public schema, the public costs and the ledger, never from a count; the data's own
+load errors stay in the server's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dpcurator.curator import AnalystSession, Answer, Curator, TableAnswer
+from dpcurator.curator.credentials import Principal
+from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
+from dpcurator.service import models as m
+from dpcurator.service.limits import BodySizeLimit, Limits, RateLimiter
+
+log = logging.getLogger("dpcurator.service")
+
+#: HTTP status of each error reason; any other DpCuratorError is a 400.
+STATUS = {
+    "budget_exceeded": 409,
+    "too_large": 413,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "rate_limited": 429,
+    "not_found": 404,
+}
+
+class ServiceError(Exception):
+    """An error of the HTTP layer itself (authentication, authorisation, rate)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _error(status: int, reason: str, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": reason, "message": " ".join(str(message).split())},
+        status_code=status,
+        headers=headers or None,
+    )
+
+
+def _answer(a: Answer) -> m.AnswerOut:
+    return m.AnswerOut(
+        query=a.query,
+        value=a.value,
+        interval=a.interval,
+        half_width=a.half_width,
+        cost=m.CostOut(amount=a.cost, currency=a.currency),
+        noise=m.NoiseOut(name=a.noise, parameter=a.noise_parameter),
+        remaining=a.remaining,
+        charge_id=a.charge_id,
+    )
+
+
+def _table(t: TableAnswer) -> m.TableAnswerOut:
+    return m.TableAnswerOut(
+        request=t.request,
+        cells=[_answer(a) for a in t.cells],
+        cost=m.CostOut(amount=t.cost, currency=t.currency),
+        remaining=t.remaining,
+        charge_id=t.charge_id,
+    )
+
+
+def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
+    """The FastAPI application serving ``curator`` (which it does not close)."""
+    limits = limits or Limits()
+    ledger = curator.ledger
+    rate = RateLimiter(limits.requests_per_second, limits.burst)
+    app = FastAPI(
+        title="dpcurator",
+        version="1",
+        description="Differentially private counts, histograms, marginals and sums under "
+        "an overlap-aware budget. Every route but /v1/health and this document needs "
+        "`Authorization: Bearer TOKEN`.",
+        responses={
+            400: {"model": m.ErrorOut},
+            401: {"model": m.ErrorOut},
+            409: {"model": m.ErrorOut},
+            413: {"model": m.ErrorOut},
+            422: {"model": m.ErrorOut},
+            429: {"model": m.ErrorOut},
+        },
+    )
+    app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
+
+    # --- errors -------------------------------------------------------------------------
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, err: ServiceError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if err.reason == "unauthorized" else {}
+        if err.reason == "rate_limited":
+            headers["Retry-After"] = "1"
+        return _error(STATUS[err.reason], err.reason, str(err), **headers)
+
+    @app.exception_handler(LedgerError)
+    async def _ledger_error(_: Request, err: LedgerError) -> JSONResponse:
+        log.error("ledger error: %s", err)
+        return _error(503, "ledger_unavailable", "the ledger cannot be used; see the server log")
+
+    @app.exception_handler(DpCuratorError)
+    async def _curator_error(_: Request, err: DpCuratorError) -> JSONResponse:
+        return _error(STATUS.get(err.reason, 400), err.reason, str(err))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        what = first.get("msg", "invalid request")
+        return _error(422, "invalid_request", f"{where}: {what}" if where else what)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        reason = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        return _error(err.status_code, reason, str(err.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, err: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return _error(500, "internal", "internal error; see the server log")
+
+    # --- who is asking ------------------------------------------------------------------
+
+    def caller(authorization: Annotated[str | None, Header()] = None) -> Principal:
+        if authorization is None:
+            raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
+        scheme, _, token = authorization.partition(" ")
+        who = ledger.authenticate(token.strip()) if scheme.lower() == "bearer" else None
+        if who is None:
+            raise ServiceError("unauthorized", "unknown or revoked token")
+        if not rate.allow(who.name):
+            raise ServiceError("rate_limited", "too many requests; retry in a second")
+        return who
+
+    def admin(who: Annotated[Principal, Depends(caller)]) -> Principal:
+        if not who.admin:
+            raise ServiceError("forbidden", "this route is for administrators")
+        return who
+
+    Caller = Annotated[Principal, Depends(caller)]
+    Admin = Annotated[Principal, Depends(admin)]
+
+    def session(who: Principal) -> AnalystSession:
+        return AnalystSession(curator, who.name)
+
+    # --- routes -------------------------------------------------------------------------
+
+    @app.get("/v1/health", response_model=m.HealthOut, tags=["service"])
+    def health() -> m.HealthOut:
+        return m.HealthOut(status="ok")
+
+    @app.get("/v1/schema", response_model=m.SchemaOut, tags=["service"])
+    def schema(who: Caller) -> m.SchemaOut:
+        return m.SchemaOut(
+            tables={n: curator.schema(n).to_dict() for n in curator.tables},
+            budget=curator.budget.describe(),
+            currency=curator.budget.currency,
+        )
+
+    @app.post("/v1/count", response_model=m.AnswerOut, tags=["queries"])
+    def count(body: m.CountRequest, who: Caller) -> m.AnswerOut:
+        return _answer(session(who).count(**body.args()))
+
+    @app.post("/v1/histogram", response_model=m.TableAnswerOut, tags=["queries"])
+    def histogram(body: m.HistogramRequest, who: Caller) -> m.TableAnswerOut:
+        return _table(session(who).histogram(**body.args()))
+
+    @app.post("/v1/marginal", response_model=m.TableAnswerOut, tags=["queries"])
+    def marginal(body: m.MarginalRequest, who: Caller) -> m.TableAnswerOut:
+        return _table(session(who).marginal(**body.args()))
+
+    @app.post("/v1/sum", response_model=m.AnswerOut, tags=["queries"])
+    def sum_(body: m.SumRequest, who: Caller) -> m.AnswerOut:
+        return _answer(session(who).sum(**body.args()))
+
+    @app.post("/v1/release", response_model=m.ReleaseOut, tags=["queries"])
+    def release(body: m.ReleaseRequest, who: Caller) -> m.ReleaseOut:
+        s = session(who)
+        if body.workload is None:
+            if body.queries is None or body.costs is None:
+                raise InvalidParameter("give a workload, or queries and costs")
+            cur = curator.budget.currency
+            if any(getattr(body, c) is not None for c in ("epsilon", "rho", "mu")):
+                raise InvalidParameter(f"a batch gives one cost per query in costs (in {cur})")
+            answers = s.release(body.queries, body.costs, table=body.table)
+            return m.ReleaseOut(answers=[_answer(a) for a in answers])
+        if body.queries is not None or body.costs is not None:
+            raise InvalidParameter("give a workload, or queries and costs, not both")
+        plan, answers = s.release_workload(
+            body.workload,
+            epsilon=body.epsilon,
+            rho=body.rho,
+            mu=body.mu,
+            allocation=body.allocation,
+            table=body.table,
+        )
+        return m.ReleaseOut(
+            answers=[_answer(a) for a in answers],
+            allocation=plan.allocation.name,
+            gamma=plan.gamma,
+            utility_gain=plan.utility_gain,
+            notes=list(plan.notes),
+        )
+
+    @app.post("/v1/estimate", response_model=m.EstimateOut, tags=["queries"])
+    def estimate(body: m.EstimateRequest, who: Caller) -> m.EstimateOut:
+        stray = body.stray()
+        if stray:
+            raise InvalidParameter(f"{body.kind} takes no {', '.join(stray)}")
+        e = session(who).estimate(body.kind, **body.args())
+        return m.EstimateOut(
+            kind=e.kind,
+            request=e.request,
+            cells=e.cells,
+            cost=m.CostOut(amount=e.cost, currency=e.currency),
+            noise=m.NoiseOut(name=e.noise, parameter=e.noise_parameter),
+            expected_abs_error=e.expected_abs_error,
+            half_width=e.half_width,
+            admitted=e.admitted,
+            exact=e.exact,
+        )
+
+    @app.get("/v1/budget", response_model=m.BudgetOut, tags=["budget"])
+    def budget(
+        who: Caller,
+        query: Annotated[str | None, Query(max_length=20_000)] = None,
+        table: str | None = None,
+    ) -> m.BudgetOut:
+        r = session(who).remaining_detail(query, table=table)
+        quota = ledger.quota(who.name)
+        return m.BudgetOut(
+            budget=curator.budget.describe(),
+            currency=curator.budget.currency,
+            remaining=r.value,
+            remaining_budget=r.budget,
+            quota=None if quota in (None, False) else curator.budget.display(quota),
+            quota_remaining=r.quota,
+            query=query,
+            exact=r.exact,
+        )
+
+    @app.get("/v1/history", response_model=list[m.HistoryOut], tags=["budget"])
+    def history(who: Caller) -> list[m.HistoryOut]:
+        return [m.HistoryOut(**vars(h)) for h in session(who).history()]
+
+    # --- administration -------------------------------------------------------------------
+
+    @app.get("/v1/admin/analysts", response_model=list[m.AnalystOut], tags=["admin"])
+    def analysts(who: Admin) -> list[m.AnalystOut]:
+        return [_analyst(curator, a) for a in ledger.credentials()]
+
+    @app.post("/v1/admin/analysts", response_model=m.NewAnalystOut, status_code=201, tags=["admin"])
+    def add_analyst(body: m.AddAnalystRequest, who: Admin) -> m.NewAnalystOut:
+        token = curator.add_analyst(body.name, quota=body.quota, admin=body.admin)
+        (record,) = [a for a in ledger.credentials() if a.name == body.name]
+        return m.NewAnalystOut(**_analyst(curator, record).model_dump(), token=token)
+
+    @app.delete("/v1/admin/analysts/{name}", response_model=m.AnalystOut, tags=["admin"])
+    def revoke(name: str, who: Admin) -> m.AnalystOut:
+        ledger.revoke(name)
+        (record,) = [a for a in ledger.credentials() if a.name == name]
+        return _analyst(curator, record)
+
+    @app.get("/v1/admin/ledger", response_model=list[m.HistoryOut], tags=["admin"])
+    def whole_ledger(who: Admin) -> list[m.HistoryOut]:
+        return [m.HistoryOut(**vars(h)) for h in curator.history()]
+
+    return app
+
+
+def _analyst(curator: Curator, record: Any) -> m.AnalystOut:
+    return m.AnalystOut(
+        name=record.name,
+        quota=None if record.quota is None else curator.budget.display(record.quota),
+        admin=record.admin,
+        active=record.active,
+    )
+

@@ -1,0 +1,113 @@
+"""Limits that keep one analyst from stalling the others: body size and request rate.
+
+The work a single request may cause is bounded by the curator itself (cells, batch
+size, query text, the maximum-overlap solver's time limit); what is bounded here is what
+arrives before the curator sees anything: the bytes of a body, and how many requests one
+token may send per second. Neither limit reads data, so their 413 and 429 answers reveal
+nothing about it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-server limits (all public)."""
+
+    max_body_bytes: int = 1_000_000
+    requests_per_second: float = 20.0
+    burst: int = 40
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodySizeLimit:
+    """ASGI middleware: a body over ``limit`` bytes is answered 413 before it is read
+    whole (by its Content-Length, or while it streams in)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = self.limit + 1
+                if declared > self.limit:
+                    await _too_large(send, self.limit)
+                    return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge
+            return message
+
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except BodyTooLarge:
+            if not started:
+                await _too_large(send, self.limit)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {"error": "too_large", "message": f"the request body exceeds {limit} bytes"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class RateLimiter:
+    """A token bucket per analyst: ``rate`` requests a second on average, ``burst`` at
+    once. Thread-safe; memory grows with the number of analysts, not of requests."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, who: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            tokens, then = self._buckets.get(who, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            if tokens < 1.0:
+                self._buckets[who] = (tokens, now)
+                return False
+            self._buckets[who] = (tokens - 1.0, now)
+            return True

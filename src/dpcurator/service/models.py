@@ -1,0 +1,222 @@
+"""The HTTP API's typed request and response bodies.
+
+Requests are *strict* (no "0.1" read as 0.1, no unknown fields): what an analyst sends is
+either exactly a valid body or a 422. Values are then validated again by the curator,
+which is the only judge of what a request may cost. Responses mirror the Python
+:class:`~dpcurator.curator.answers.Answer` and friends one to one, so that
+:class:`dpcurator.client.Client` can rebuild them exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = float | int
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class _Cost(_Body):
+    epsilon: Number | None = Field(default=None, description="cost, for a pure-DP budget")
+    rho: Number | None = Field(default=None, description="cost, for a zCDP or (eps, delta) budget")
+    mu: Number | None = Field(default=None, description="cost, for a Gaussian-DP budget")
+    table: str | None = Field(default=None, description="the table, if the curator has several")
+
+    def costs(self) -> dict[str, object]:
+        return {"epsilon": self.epsilon, "rho": self.rho, "mu": self.mu, "table": self.table}
+
+
+class CountRequest(_Cost):
+    query: str | None = Field(default=None, description="a predicate, e.g. \"age < 30\"; none: all rows")
+
+    def args(self) -> dict[str, object]:
+        return {"query": self.query, **self.costs()}
+
+
+class HistogramRequest(_Cost):
+    attribute: str
+    bins: list[int] | None = Field(default=None, description="half-open integer bin edges")
+    where: str | None = None
+
+    def args(self) -> dict[str, object]:
+        return {"attribute": self.attribute, "bins": self.bins, "where": self.where, **self.costs()}
+
+
+class MarginalRequest(_Cost):
+    attributes: list[str]
+    where: str | None = None
+
+    def args(self) -> dict[str, object]:
+        return {"attributes": self.attributes, "where": self.where, **self.costs()}
+
+
+class SumRequest(_Cost):
+    attribute: str
+    lower: int
+    upper: int
+    where: str | None = None
+
+    def args(self) -> dict[str, object]:
+        return {
+            "attribute": self.attribute,
+            "lower": self.lower,
+            "upper": self.upper,
+            "where": self.where,
+            **self.costs(),
+        }
+
+
+class ReleaseRequest(_Cost):
+    """Either a workload to plan (``workload``, with an optional total cost and an
+    allocation) or a batch of queries with a cost each (``queries`` and ``costs``)."""
+
+    workload: str | None = Field(
+        default=None, description="workload text: a query, histogram(...) or marginal(...) a line"
+    )
+    allocation: Literal["sequential", "uniform", "optimal"] = "optimal"
+    queries: list[str] | None = None
+    costs: list[Number] | None = None
+
+
+class EstimateRequest(_Cost):
+    """Any query route's body, with the route's name as ``kind``."""
+
+    kind: Literal["count", "histogram", "marginal", "sum"]
+    query: str | None = None
+    attribute: str | None = None
+    attributes: list[str] | None = None
+    bins: list[int] | None = None
+    where: str | None = None
+    lower: int | None = None
+    upper: int | None = None
+
+    def args(self) -> dict[str, object]:
+        given = self.model_dump(exclude={"kind"}, exclude_none=True)
+        return {k: v for k, v in given.items() if k in _FIELDS[self.kind]}
+
+    def stray(self) -> list[str]:
+        given = self.model_dump(exclude={"kind"}, exclude_none=True)
+        return sorted(k for k in given if k not in _FIELDS[self.kind])
+
+
+_COST_FIELDS = {"epsilon", "rho", "mu", "table"}
+_FIELDS = {
+    "count": {"query"} | _COST_FIELDS,
+    "histogram": {"attribute", "bins", "where"} | _COST_FIELDS,
+    "marginal": {"attributes", "where"} | _COST_FIELDS,
+    "sum": {"attribute", "lower", "upper", "where"} | _COST_FIELDS,
+}
+
+
+class AddAnalystRequest(_Body):
+    name: str
+    quota: Number | None = None
+    admin: bool = False
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+class CostOut(BaseModel):
+    amount: float
+    currency: str
+
+
+class NoiseOut(BaseModel):
+    name: str
+    parameter: float
+
+
+class AnswerOut(BaseModel):
+    query: str
+    value: int
+    interval: tuple[int, int]
+    confidence: float = 0.95
+    half_width: int
+    cost: CostOut
+    noise: NoiseOut
+    remaining: float
+    charge_id: int
+
+
+class TableAnswerOut(BaseModel):
+    request: str
+    cells: list[AnswerOut]
+    cost: CostOut
+    remaining: float
+    charge_id: int
+
+
+class ReleaseOut(BaseModel):
+    answers: list[AnswerOut]
+    allocation: str | None = None
+    gamma: float | None = None
+    utility_gain: float | None = None
+    notes: list[str] = []
+
+
+class EstimateOut(BaseModel):
+    kind: str
+    request: str
+    cells: int
+    cost: CostOut
+    noise: NoiseOut
+    expected_abs_error: float
+    half_width: int
+    confidence: float = 0.95
+    admitted: bool
+    exact: bool
+
+
+class BudgetOut(BaseModel):
+    budget: str
+    currency: str
+    remaining: float = Field(description="the smaller of what is left for everyone and of your quota")
+    remaining_budget: float
+    quota: float | None
+    quota_remaining: float | None
+    query: str | None
+    exact: bool
+
+
+class HistoryOut(BaseModel):
+    charge_id: int
+    created: float
+    analyst: str | None
+    table: str
+    kind: str
+    request: str
+    cost: float
+    currency: str
+    noise: str
+    answer: object | None
+
+
+class AnalystOut(BaseModel):
+    name: str
+    quota: float | None
+    admin: bool
+    active: bool
+
+
+class NewAnalystOut(AnalystOut):
+    token: str
+
+
+class HealthOut(BaseModel):
+    status: str
+
+
+class SchemaOut(BaseModel):
+    tables: dict[str, dict]
+    budget: str
+    currency: str
+
+
+class ErrorOut(BaseModel):
+    error: str
+    message: str
