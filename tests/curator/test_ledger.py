@@ -78,7 +78,7 @@ def test_a_ledger_round_trips_and_verifies(tmp_path):
     assert rows[2].cost == Fraction(1, 20) and rows[2].level == Fraction(3, 20)
     assert rows[2].answer == {"a < 3": 102} and len(rows[2].hash) == 64
     assert led.head == (5, rows[-1].hash)
-    assert led.verify() == 5 and led.durable
+    assert led.verify() == 5 and led.durable and led.identity == IDENTITY
     assert charge(led, 5) == 6
     led.close()
     assert [r.id for r in Ledger(path, IDENTITY).charges_after(4)] == [5, 6]

@@ -571,6 +571,11 @@ class Ledger:
         return self._lock
 
     @property
+    def identity(self) -> dict[str, object]:
+        """The identity (budget and schemas) the ledger was created with."""
+        return json.loads(self._identity)
+
+    @property
     def head(self) -> tuple[int, str]:
         """The last verified charge: (id, hex hash); (0, genesis hash) if none."""
         return self._head[0], self._head[1].hex()
