@@ -122,20 +122,15 @@ class Budget:
         return _GUARANTEE[self.currency](param)
 
     def display(self, amount: Fraction) -> float:
-        """An additive amount back in the currency's own unit (mu = sqrt of mu^2),
-        rounded down: never more than the exact amount."""
+        """An additive amount back in the currency's own unit (mu = sqrt of mu^2), as the
+        float whose printed decimal is the largest one not above the exact amount: 0.1
+        stays 0.1 (not 0.09999999999999999), and nothing is ever shown larger than it is
+        (read as the decimal it prints as, which is how every cost is read)."""
         if amount <= 0:
             return 0.0
         if self.currency == "mu":
-            mu = math.sqrt(float(amount))
-            while mu > 0 and Fraction(mu) ** 2 > amount:
-                mu = math.nextafter(mu, 0.0)
-            return mu
-        try:
-            f = float(amount)
-        except OverflowError:
-            return sys.float_info.max
-        return f if Fraction(f) <= amount else math.nextafter(f, 0.0)
+            return _decimal_at_most(amount, square=True)
+        return _decimal_at_most(amount)
 
     def show(self, amount: Fraction) -> str:
         """An amount for a message (6 significant digits, never rounded up)."""
@@ -151,3 +146,14 @@ class Budget:
                 f"rho={float(self.amount):.6g}"
             )
         return repr(g)
+
+
+def _decimal_at_most(amount: Fraction, *, square: bool = False) -> float:
+    """The largest float whose shortest decimal d has d <= amount (d^2 with ``square``)."""
+    try:
+        f = math.sqrt(float(amount)) if square else float(amount)
+    except OverflowError:
+        return sys.float_info.max
+    while f > 0 and (exact(f) ** 2 if square else exact(f)) > amount:
+        f = math.nextafter(f, 0.0)
+    return f

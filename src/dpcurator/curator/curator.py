@@ -875,14 +875,13 @@ class Curator:
         currency, overlap-aware like the budget) and the global budget.
 
         A new analyst gets ``quota`` (None: no quota of her own). For a known analyst,
-        ``quota=None`` keeps the quota the ledger holds: a quota, once set, holds until
-        :meth:`set_quota` changes it.
+        ``quota=None`` (or her quota itself) keeps the quota the ledger holds, and another
+        quota is refused: a quota, once set, holds until :meth:`set_quota` changes it.
         """
         name = requests.analyst_name(name)
+        q = None if quota is None else self.budget.additive(exact_number(quota, "quota"))
         with self._ledger.lock:
-            known = self._ledger.quota(name) is not False
-        if quota is not None or not known:
-            self.set_quota(name, quota)
+            self._ledger.register_analyst(name, q)
         return AnalystSession(self, name)
 
     def set_quota(self, name: str, quota: float | None) -> None:

@@ -42,6 +42,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from dpcurator.curator.credentials import (
+    Credential,
+    Principal,
+    matches,
+    new_token,
+    split_token,
+)
 from dpcurator.errors import InvalidParameter, LedgerError
 
 #: The ledger format this code reads and writes; any other is refused.
@@ -62,6 +69,12 @@ CREATE TABLE analysts (
     created REAL NOT NULL CHECK (typeof(created) = 'real'),
     name TEXT NOT NULL CHECK (typeof(name) = 'text' AND length(name) > 0),
     quota TEXT CHECK (quota IS NULL OR ({_POSITIVE.format(c="quota")})),
+    admin INTEGER NOT NULL CHECK (admin IN (0, 1)),
+    token_key TEXT CHECK (token_key IS NULL OR length(token_key) = 16),
+    token_hash TEXT CHECK (
+        (token_key IS NULL) = (token_hash IS NULL)
+        AND (token_hash IS NULL OR length(token_hash) = 64)
+    ),
     hash TEXT NOT NULL CHECK (length(hash) = 64)
 );
 CREATE TABLE charges (
@@ -105,6 +118,16 @@ class ChargeRow:
     noise: str
     answer: object | None
     hash: str = ""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """An analyst's entry in force: quota, role, and the hash of their token (if any)."""
+
+    quota: Fraction | None
+    admin: bool = False
+    token_key: str | None = None
+    token_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +253,7 @@ class Ledger:
         self._identity = "{}"
         self._genesis = b""
         self._head: tuple[int, bytes] = (0, b"")
-        self._analysts: dict[str, Fraction | None] = {}
+        self._analysts: dict[str, _Entry] = {}
         self._analysts_head: tuple[int, bytes] = (0, b"")
         want = None if identity is None else json.dumps(identity, sort_keys=True)
         try:
@@ -484,17 +507,18 @@ class Ledger:
         return row, h
 
     def _read_analysts(self) -> None:
-        """Bring the verified quotas up to the head of their chain. Call inside a snapshot."""
+        """Bring the verified analysts up to the head of their chain. Call inside a snapshot."""
         head_n, head_h = self._meta_head("analysts_head")
         n, prev = self._analysts_head
         if (head_n, head_h) == (n, prev.hex()):
             return
-        quotas = dict(self._analysts)
+        entries = dict(self._analysts)
         rows = self._db.execute(
-            "SELECT seq, created, name, quota, hash FROM analysts WHERE seq > ? ORDER BY seq",
+            "SELECT seq, created, name, quota, admin, token_key, token_hash, hash FROM analysts "
+            "WHERE seq > ? ORDER BY seq",
             (n,),
         ).fetchall()
-        for seq, created, name, quota, stored in rows:
+        for seq, created, name, quota, admin, key, token_hash, stored in rows:
             if seq != n + 1:
                 raise self._broken(f"analyst entry {n + 1} was removed")
             q = None if quota is None else _positive(quota)
@@ -503,21 +527,23 @@ class Ledger:
                 or not isinstance(name, str)
                 or not name
                 or not isinstance(created, float)
+                or admin not in (0, 1)
+                or (key is None) != (token_hash is None)
             ):
                 raise LedgerError(
                     f"ledger {self.path}: analyst entry {seq} is malformed; restore the ledger "
                     "from a backup"
                 )
-            h = _digest(prev, _encode((seq, created, name, quota)))
+            h = _digest(prev, _encode((seq, created, name, quota, admin, key, token_hash)))
             if h.hex() != stored:
                 raise self._broken(f"analyst entry {seq} ({name!r}) was altered or removed")
-            quotas[name] = q
+            entries[name] = _Entry(q, bool(admin), key, token_hash)
             n, prev = seq, h
         if (n, prev.hex()) != (head_n, head_h):
             raise self._broken(
                 f"analyst entries were removed or added (the ledger records {head_n}, found {n})"
             )
-        self._analysts = quotas
+        self._analysts = entries
         self._analysts_head = (n, prev)
 
     # --- transactions -------------------------------------------------------------------
@@ -686,13 +712,68 @@ class Ledger:
         """The analyst's quota; None for no quota; False if the analyst is unknown."""
         with self._lock:
             self._refresh_analysts()
-            return self._analysts.get(analyst, False)
+            entry = self._analysts.get(analyst)
+            return False if entry is None else entry.quota
 
     def analysts(self) -> dict[str, Fraction | None]:
         """Every registered analyst and the quota in force (None: no quota of their own)."""
         with self._lock:
             self._refresh_analysts()
-            return dict(self._analysts)
+            return {name: e.quota for name, e in self._analysts.items()}
+
+    # --- credentials for the HTTP service ---------------------------------------------------
+
+    def add_credential(
+        self, name: str, *, quota: Fraction | None = None, admin: bool = False
+    ) -> str:
+        """Give ``name`` a new bearer token (registering them if new) and return it; only
+        its hash is kept, in the analysts' chain. ``quota`` None keeps the quota in force
+        (none for a new analyst); a quota given here is an administrator's explicit
+        change. A previous token of ``name`` stops working."""
+        q = self._check_quota(name, quota)
+        token, key, token_hash = new_token()
+        with self._lock, self._write():
+            self._read_analysts()
+            have = self._analysts.get(name)
+            keep = have.quota if have is not None else None
+            self._append_analyst(
+                name, keep if q is None else q, admin=bool(admin), key=key, token_hash=token_hash
+            )
+        return token
+
+    def revoke(self, name: str) -> None:
+        """Stop ``name``'s token from working (at once, in every process); their charges
+        and quota stay."""
+        with self._lock, self._write():
+            self._read_analysts()
+            have = self._analysts.get(name)
+            if have is None:
+                raise InvalidParameter(f"no analyst {name!r} in ledger {self.path}")
+            if have.token_key is not None or have.admin:
+                self._append_analyst(name, have.quota, admin=False, key=None, token_hash=None)
+
+    def credentials(self) -> list[Credential]:
+        """Every analyst: quota, role, and whether they hold a working token."""
+        with self._lock:
+            self._refresh_analysts()
+            return [
+                Credential(n, e.quota, e.admin, e.token_key is not None)
+                for n, e in sorted(self._analysts.items())
+            ]
+
+    def authenticate(self, token: object) -> Principal | None:
+        """Who holds ``token``, or None (unknown, malformed or revoked). Reads the latest
+        entries first, so a revocation by another process applies at once."""
+        parts = split_token(token)
+        key, secret = parts if parts is not None else ("", "")
+        with self._lock:
+            self._refresh_analysts()
+            found = [(n, e) for n, e in self._analysts.items() if e.token_key == key and key]
+        name, entry = found[0] if found else (None, None)
+        stored = entry.token_hash if entry is not None and entry.token_hash else "0" * 64
+        if not matches(secret, stored) or entry is None or name is None:
+            return None
+        return Principal(name, entry.admin)
 
     def _check_charges_tail(self) -> None:
         """Before extending the chain, verify its last charge again, in full."""
@@ -713,26 +794,45 @@ class Ledger:
             r = self._db.execute("SELECT hash FROM analysts WHERE seq = ?", (n - 1,)).fetchone()
             prev = b"" if r is None else bytes.fromhex(r[0])
         r = self._db.execute(
-            "SELECT seq, created, name, quota FROM analysts WHERE seq = ?", (n,)
+            "SELECT seq, created, name, quota, admin, token_key, token_hash FROM analysts "
+            "WHERE seq = ?",
+            (n,),
         ).fetchone()
         if r is None or _digest(prev, _encode(tuple(r))) != h:
             raise self._broken(f"analyst entry {n} was altered or removed")
 
-    def _append_analyst(self, name: str, quota: Fraction | None) -> None:
+    def _append_analyst(
+        self,
+        name: str,
+        quota: Fraction | None,
+        *,
+        admin: bool | None = None,
+        key: str | bool | None = False,
+        token_hash: str | None = None,
+    ) -> None:
+        """Append an entry for ``name``; role and token carry over unless given
+        (``key=False``: keep the current token)."""
         self._check_analysts_tail()
         n, prev = self._analysts_head
+        have = self._analysts.get(name, _Entry(None))
+        if admin is None:
+            admin = have.admin
+        if key is False:
+            key, token_hash = have.token_key, have.token_hash
         seq = n + 1
         text = None if quota is None else str(quota)
         created = time.time()
-        h = _digest(prev, _encode((seq, created, name, text)))
+        fields = (seq, created, name, text, int(admin), key, token_hash)
+        h = _digest(prev, _encode(fields))
         self._db.execute(
-            "INSERT INTO analysts (seq, created, name, quota, hash) VALUES (?, ?, ?, ?, ?)",
-            (seq, created, name, text, h.hex()),
+            "INSERT INTO analysts (seq, created, name, quota, admin, token_key, token_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*fields, h.hex()),
         )
         self._db.execute(
             "UPDATE meta SET value = ? WHERE key = 'analysts_head'", (f"{seq} {h.hex()}",)
         )
-        self._analysts = {**self._analysts, name: quota}
+        self._analysts = {**self._analysts, name: _Entry(quota, admin, key, token_hash)}  # type: ignore[arg-type]
         self._analysts_head = (seq, h)
 
     @staticmethod
@@ -756,7 +856,7 @@ class Ledger:
         with self._lock, self._write():
             self._read_analysts()
             if name in self._analysts:
-                have = self._analysts[name]
+                have = self._analysts[name].quota
                 if q is None or q == have:
                     return have
                 now = "has no quota" if have is None else f"has the quota {have}"
@@ -773,7 +873,7 @@ class Ledger:
         q = self._check_quota(analyst, quota)
         with self._lock, self._write():
             self._read_analysts()
-            if analyst in self._analysts and self._analysts[analyst] == q:
+            if analyst in self._analysts and self._analysts[analyst].quota == q:
                 return
             self._append_analyst(analyst, q)
 

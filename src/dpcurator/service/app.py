@@ -76,6 +76,35 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
     )
 
 
+# --- who is asking ------------------------------------------------------------------------
+
+
+def caller(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
+    """The analyst a request comes from: a valid bearer token, within its rate."""
+    if authorization is None:
+        raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
+    scheme, _, token = authorization.partition(" ")
+    state = request.app.state
+    who = state.ledger.authenticate(token.strip()) if scheme.lower() == "bearer" else None
+    if who is None:
+        raise ServiceError("unauthorized", "unknown or revoked token")
+    if not state.rate.allow(who.name):
+        raise ServiceError("rate_limited", "too many requests; retry in a second")
+    return who
+
+
+def admin(who: Annotated[Principal, Depends(caller)]) -> Principal:
+    if not who.admin:
+        raise ServiceError("forbidden", "this route is for administrators")
+    return who
+
+
+Caller = Annotated[Principal, Depends(caller)]
+Admin = Annotated[Principal, Depends(admin)]
+
+
 def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     """The FastAPI application serving ``curator`` (which it does not close)."""
     limits = limits or Limits()
@@ -97,6 +126,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         },
     )
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
+    app.state.ledger = ledger
+    app.state.rate = rate
 
     # --- errors -------------------------------------------------------------------------
 
@@ -132,27 +163,6 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     async def _internal(_: Request, err: Exception) -> JSONResponse:
         log.exception("internal error")
         return _error(500, "internal", "internal error; see the server log")
-
-    # --- who is asking ------------------------------------------------------------------
-
-    def caller(authorization: Annotated[str | None, Header()] = None) -> Principal:
-        if authorization is None:
-            raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
-        scheme, _, token = authorization.partition(" ")
-        who = ledger.authenticate(token.strip()) if scheme.lower() == "bearer" else None
-        if who is None:
-            raise ServiceError("unauthorized", "unknown or revoked token")
-        if not rate.allow(who.name):
-            raise ServiceError("rate_limited", "too many requests; retry in a second")
-        return who
-
-    def admin(who: Annotated[Principal, Depends(caller)]) -> Principal:
-        if not who.admin:
-            raise ServiceError("forbidden", "this route is for administrators")
-        return who
-
-    Caller = Annotated[Principal, Depends(caller)]
-    Admin = Annotated[Principal, Depends(admin)]
 
     def session(who: Principal) -> AnalystSession:
         return AnalystSession(curator, who.name)

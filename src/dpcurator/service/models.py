@@ -26,7 +26,7 @@ class _Cost(_Body):
     mu: Number | None = Field(default=None, description="cost, for a Gaussian-DP budget")
     table: str | None = Field(default=None, description="the table, if the curator has several")
 
-    def costs(self) -> dict[str, object]:
+    def cost_args(self) -> dict[str, object]:
         return {"epsilon": self.epsilon, "rho": self.rho, "mu": self.mu, "table": self.table}
 
 
@@ -34,7 +34,7 @@ class CountRequest(_Cost):
     query: str | None = Field(default=None, description="a predicate, e.g. \"age < 30\"; none: all rows")
 
     def args(self) -> dict[str, object]:
-        return {"query": self.query, **self.costs()}
+        return {"query": self.query, **self.cost_args()}
 
 
 class HistogramRequest(_Cost):
@@ -43,7 +43,7 @@ class HistogramRequest(_Cost):
     where: str | None = None
 
     def args(self) -> dict[str, object]:
-        return {"attribute": self.attribute, "bins": self.bins, "where": self.where, **self.costs()}
+        return {"attribute": self.attribute, "bins": self.bins, "where": self.where, **self.cost_args()}
 
 
 class MarginalRequest(_Cost):
@@ -51,7 +51,7 @@ class MarginalRequest(_Cost):
     where: str | None = None
 
     def args(self) -> dict[str, object]:
-        return {"attributes": self.attributes, "where": self.where, **self.costs()}
+        return {"attributes": self.attributes, "where": self.where, **self.cost_args()}
 
 
 class SumRequest(_Cost):
@@ -66,7 +66,7 @@ class SumRequest(_Cost):
             "lower": self.lower,
             "upper": self.upper,
             "where": self.where,
-            **self.costs(),
+            **self.cost_args(),
         }
 
 
