@@ -12,6 +12,7 @@ costs (Dwork & Roth 2014, Lemma 2.6).
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import time
@@ -417,10 +418,12 @@ class Curator:
         }
         if not isinstance(kind, str) or kind not in makers:
             raise InvalidParameter(f"kind must be one of {', '.join(makers)}, got {kind!r}")
+        make = makers[kind]
         try:
-            return makers[kind](**args)
+            inspect.signature(make).bind(**args)
         except TypeError as err:  # an unknown or missing keyword
             raise InvalidParameter(f"{kind}: {err}") from None
+        return make(**args)
 
     def _prepare_count(
         self,
