@@ -16,7 +16,7 @@ import contextlib
 import math
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,13 @@ import pyarrow.parquet as pq
 
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
-from dpcurator.errors import DataError, InvalidParameter, QueryError, SchemaError
+from dpcurator.errors import (
+    DataError,
+    DpCuratorError,
+    InvalidParameter,
+    QueryError,
+    SchemaError,
+)
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -185,8 +191,18 @@ class DuckDBBackend:
         self._con: duckdb.DuckDBPyConnection | None = connection
         self._owns = owns_connection
         self._rows = report.rows
-        # A DuckDB connection is not safe for concurrent use: one statement at a time.
+        # A DuckDB connection runs one statement at a time. Counting (read-only) runs on
+        # cursors of our own connection instead, one per call in flight, reused: DuckDB
+        # runs statements of different cursors concurrently. Loading, writes and close()
+        # hold this lock; a connection the caller passed in is theirs (their transaction,
+        # their current schema), so counts on it are serialised under the lock too.
         self._lock = threading.RLock()
+        self._concurrent = owns_connection
+        #: Guards the cursor pool and the number of counts in flight; close() waits on it.
+        self._readers = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._closing = False
+        self._idle: list[duckdb.DuckDBPyConnection] = []
         self._index = {a.name: i for i, a in enumerate(schema.attributes)}
         self._columns = [_code_column(i) for i in range(len(schema))]
         self._sizes = [a.size for a in schema.attributes]
@@ -302,9 +318,49 @@ class DuckDBBackend:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection holding the table (counts use cursors of it)."""
         if self._con is None:
             raise InvalidParameter("the backend is closed")
         return self._con
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to count on: an idle cursor of ours (or a new one), for this call
+        only; or, on a borrowed connection, that connection under the lock. Refused once
+        close() has begun; close() waits until every reader has left."""
+        if not self._concurrent:
+            with self._lock:
+                yield self.connection
+            return
+        with self._readers:
+            if self._con is None or self._closing:
+                raise InvalidParameter("the backend is closed")
+            cur = self._idle.pop() if self._idle else None
+            self._in_flight += 1
+        try:
+            if cur is None:
+                try:
+                    with self._readers:  # cursor() itself is made one at a time
+                        cur = self._con.cursor()
+                except duckdb.Error as err:
+                    raise InvalidParameter(f"cannot count: {_first_line(str(err))}") from None
+            yield cur
+        except DpCuratorError:
+            raise  # a refused query: the cursor ran nothing wrong, keep it
+        except BaseException:
+            # A failed or interrupted statement: do not reuse that cursor.
+            bad, cur = cur, None
+            if bad is not None:
+                with contextlib.suppress(duckdb.Error):
+                    bad.close()
+            raise
+        finally:
+            with self._readers:
+                if cur is not None:
+                    self._idle.append(cur)
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._readers.notify_all()
 
     def _check_query(self, q: object) -> _Coverages | None:
         """The query's ``(attribute index, coverage)`` pairs in schema order, tautologies
@@ -426,12 +482,14 @@ class DuckDBBackend:
         return tuple(out)
 
     def counts(self, queries: Sequence[Query]) -> np.ndarray:
-        """Exact counts (int64), one per query, in order, from as few scans as possible."""
-        with self._lock:
-            return self._counts(queries)
+        """Exact counts (int64), one per query, in order, from as few scans as possible.
 
-    def _counts(self, queries: Sequence[Query]) -> np.ndarray:
-        con = self.connection
+        Thread-safe: calls from several threads count concurrently (each on its own
+        cursor) and get exactly what they would get one at a time."""
+        with self._reader() as con:
+            return self._counts(con, queries)
+
+    def _counts(self, con: duckdb.DuckDBPyConnection, queries: Sequence[Query]) -> np.ndarray:
         if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
             raise InvalidParameter(
                 f"counts takes a sequence of queries, got {type(queries).__name__}"
@@ -553,12 +611,19 @@ class DuckDBBackend:
         where: Query | None = None,
     ) -> int:
         """Exact sum (a Python ``int``) over the rows satisfying ``where`` of
-        ``min(max(value, lower), upper)``; the bounds are integers of any size."""
-        with self._lock:
-            return self._clipped_sum(attribute, lower, upper, where)
+        ``min(max(value, lower), upper)``; the bounds are integers of any size.
+        Thread-safe, like :meth:`counts`."""
+        with self._reader() as con:
+            return self._clipped_sum(con, attribute, lower, upper, where)
 
-    def _clipped_sum(self, attribute: str, lower: int, upper: int, where: Query | None) -> int:
-        con = self.connection
+    def _clipped_sum(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: Query | None,
+    ) -> int:
         if not isinstance(attribute, str) or attribute not in self.schema:
             raise InvalidParameter(f"unknown attribute {attribute!r}")
         j = self._index[attribute]
@@ -603,11 +668,22 @@ class DuckDBBackend:
         return int(n) * attr.min + (0 if codes is None else int(codes))
 
     def close(self) -> None:
-        """Close the connection if the backend opened it, else drop its table."""
+        """Close the connection if the backend opened it, else drop its table.
+
+        Safe while other threads are counting: new counts are refused at once ("the
+        backend is closed"), and close() waits for the counts in flight to finish."""
         with self._lock:
-            con, self._con = self._con, None
-            if con is None:
-                return
+            with self._readers:
+                if self._con is None:
+                    return
+                self._closing = True
+                while self._in_flight:
+                    self._readers.wait()
+                con, self._con = self._con, None
+                idle, self._idle = self._idle, []
+            for cur in idle:
+                with contextlib.suppress(duckdb.Error):
+                    cur.close()
             if self._owns:
                 con.close()
             else:
