@@ -281,6 +281,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
 
     @app.delete("/v1/admin/analysts/{name}", response_model=m.AnalystOut, tags=["admin"])
     def revoke(name: str, who: Admin) -> m.AnalystOut:
+        if name not in {a.name for a in ledger.credentials()}:
+            raise ServiceError("not_found", f"no analyst {name[:200]!r}")
         ledger.revoke(name)
         (record,) = [a for a in ledger.credentials() if a.name == name]
         return _analyst(curator, record)
