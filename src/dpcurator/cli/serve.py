@@ -211,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"demo: the Adult sample under epsilon 1; ledger {ledger} (deleted on exit)")
             print(f"demo: analyst token (an administrator): {token}")
             print(
-                f"demo: curl -H 'Authorization: Bearer {token}' -d '{{\"query\": \"age < 30\", "
-                f"\"epsilon\": 0.1}}' {scheme}://{shown}:{bound}/v1/count"
+                f"demo: curl -H 'Authorization: Bearer {token}' "
+                "-H 'Content-Type: application/json' "
+                f"-d '{{\"query\": \"age < 30\", \"epsilon\": 0.1}}' "
+                f"{scheme}://{shown}:{bound}/v1/count"
             )
         print(f"listening on {scheme}://{shown}:{bound}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)

@@ -35,6 +35,7 @@ STATUS = {
     "forbidden": 403,
     "rate_limited": 429,
     "not_found": 404,
+    "unsupported_media_type": 415,
 }
 
 class ServiceError(Exception):
@@ -150,13 +151,21 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         first = err.errors()[0] if err.errors() else {}
+        if isinstance(first.get("input"), bytes):  # a body not declared as JSON, unread
+            return _error(
+                415,
+                "unsupported_media_type",
+                "send the body as JSON, with Content-Type: application/json",
+            )
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         what = first.get("msg", "invalid request")
         return _error(422, "invalid_request", f"{where}: {what}" if where else what)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        reason = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        reason = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
+            err.status_code, "http_error"
+        )
         return _error(err.status_code, reason, str(err.detail))
 
     @app.exception_handler(Exception)

@@ -26,13 +26,11 @@ class Limits:
     burst: int = 40
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodySizeLimit:
     """ASGI middleware: a body over ``limit`` bytes is answered 413 before it is read
-    whole (by its Content-Length, or while it streams in)."""
+    whole: by its Content-Length, or while it streams in (chunked). The body, at most
+    ``limit`` bytes, is read before the application sees any of it, so no route ever
+    parses a body that is too large, and a refusal is always a 413."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -51,30 +49,31 @@ class BodySizeLimit:
                 if declared > self.limit:
                     await _too_large(send, self.limit)
                     return
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise BodyTooLarge
-            return message
-
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted, tracked)
-        except BodyTooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                return  # the client went away: there is no one to answer
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
                 await _too_large(send, self.limit)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect
+
+        await self.app(scope, replay, send)
 
 
 async def _too_large(send: Send, limit: int) -> None:
