@@ -13,6 +13,8 @@ so a script moves from one to the other by changing the line that makes the sess
 
 from __future__ import annotations
 
+import os
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,15 +71,32 @@ def _table(d: dict[str, Any]) -> TableAnswer:
 class Client:
     """An analyst's connection to a dpcurator service (``url``, bearer ``token``).
 
-    ``verify``: TLS verification, as httpx takes it (True, False, or a CA bundle path).
-    Use it as a context manager, or call :meth:`close`.
+    ``verify``: TLS verification: True (the system's certificate authorities), False
+    (none), the path of a CA bundle or of the server's own certificate, or an
+    :class:`ssl.SSLContext`. Use it as a context manager, or call :meth:`close`.
     """
 
     def __init__(
-        self, url: str, token: str, *, timeout: float = 120.0, verify: bool | str = True
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 120.0,
+        verify: bool | str | os.PathLike[str] | ssl.SSLContext = True,
     ) -> None:
         if not isinstance(token, str) or not token:
             raise errors.InvalidParameter("a token is needed (dpcurator analysts add prints one)")
+        if isinstance(verify, str | os.PathLike):
+            path = os.fspath(verify)
+            try:
+                verify = ssl.create_default_context(
+                    capath=path if os.path.isdir(path) else None,
+                    cafile=None if os.path.isdir(path) else path,
+                )
+            except (OSError, ssl.SSLError) as err:
+                raise errors.InvalidParameter(
+                    f"verify={path}: not a readable certificate file: {err}"
+                ) from None
         self._http = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
