@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_demo_json(capsys) -> None:
     assert main(["demo", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["gamma"] == 28 and d["queries"] == 4818
+    assert d["gamma"] == 28 and d["queries"] == 4354
     e = d["expected_abs_noise"]
     assert e["sequential"] >= 10 * e["uniform"] and e["optimal"] < e["uniform"]
     assert d["guarantee"]["epsilon"] <= 1.0
@@ -24,7 +24,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
     assert main(["demo", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "saved by parallel composition" in text and "utility gain" in text
-    assert len(out.read_text().splitlines()) == 4819
+    assert len(out.read_text().splitlines()) == 4355
 
 
 def test_demo_uses_the_csprng() -> None:

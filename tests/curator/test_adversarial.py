@@ -79,6 +79,8 @@ def ledger_rows(path: Path) -> list[tuple[str | None, dict, Fraction]]:
 
 
 def covers(coverage: dict, point: tuple[int, ...]) -> bool:
+    if set(coverage) == {"|"}:  # a boolean query: a union of disjoint boxes
+        return any(covers(box, point) for box in coverage["|"])
     return all(any(s <= point[NAMES.index(n)] < e for s, e in ivs) for n, ivs in coverage.items())
 
 
@@ -140,15 +142,21 @@ def coverage(draw):
 def query(draw):
     """Text, a hand-built Query, or something malformed."""
     covs = draw(coverage())
-    how = draw(st.sampled_from(["text", "object", "lying", "garbage", "none"]))
-    return (how, covs, draw(st.sampled_from(["a = 'w'", "b < ", "((b < 2)", "z = 1", 42])))
+    how = draw(st.sampled_from(["text", "object", "lying", "garbage", "none", "or", "not"]))
+    other = draw(coverage())
+    garbage = draw(st.sampled_from(["a = 'w'", "b < ", "((b < 2)", "z = 1", 42]))
+    return (how, covs, (garbage, other))
 
 
 def build(schema: Schema, spec):
-    how, covs, garbage = spec
+    how, covs, (garbage, other) = spec
     if how == "none":
         return None
     q = Query.from_coverages(schema, covs)
+    if how == "or":  # a union across attributes: several disjoint boxes, one charge
+        return f"({q.to_text()}) OR ({Query.from_coverages(schema, other).to_text()})"
+    if how == "not":
+        return f"NOT ({q.to_text()}) AND NOT ({Query.from_coverages(schema, other).to_text()})"
     if how == "text":
         return q.to_text()
     if how == "object":
@@ -210,7 +218,7 @@ def count_rows(path: Path) -> int:
         return db.execute("SELECT count(*) FROM charges").fetchone()[0]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(request, who), min_size=1, max_size=14))
 def test_no_sequence_overspends_and_every_refusal_charges_nothing(sequence):
     with tempfile.TemporaryDirectory() as d:

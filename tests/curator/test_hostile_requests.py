@@ -181,7 +181,7 @@ def test_exact_costs_given_as_fraction_or_decimal(people):
         (lambda c: c.release(["age < 3"], [0.1, 0.2]), InvalidParameter),
         (lambda c: c.release(["age < 3"], 0.1), InvalidParameter),
         (lambda c: c.release([], []), InvalidParameter),
-        (lambda c: c.release(["age < 3", "age < 200"], [0.1, 0.1]), QueryError),
+        (lambda c: c.release(["age < 3", "age = 200"], [0.1, 0.1]), QueryError),
         (lambda c: c.release(["age < 3"], [1e-24]), InvalidParameter),
         (lambda c: c.release(["age < 3"], [0.1], kind="x'; DROP TABLE charges; --"), InvalidParameter),
         (lambda c: c.count("age < 3", epsilon=0.5, _analyst="nobody"), InvalidParameter),

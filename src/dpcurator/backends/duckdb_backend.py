@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpcurator.backends import unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
 from dpcurator.errors import (
@@ -35,6 +36,7 @@ from dpcurator.errors import (
     QueryError,
     SchemaError,
 )
+from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -486,8 +488,14 @@ class DuckDBBackend:
 
         Thread-safe: calls from several threads count concurrently (each on its own
         cursor) and get exactly what they would get one at a time."""
+        if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
+            raise InvalidParameter(
+                f"counts takes a sequence of queries, got {type(queries).__name__}"
+            )
+        given = list(queries)
+        flat, owner = unions.expand(given)
         with self._reader() as con:
-            return self._counts(con, queries)
+            return unions.fold(self._counts(con, flat), owner, len(given))
 
     def _counts(self, con: duckdb.DuckDBPyConnection, queries: Sequence[Query]) -> np.ndarray:
         if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
@@ -613,6 +621,10 @@ class DuckDBBackend:
         """Exact sum (a Python ``int``) over the rows satisfying ``where`` of
         ``min(max(value, lower), upper)``; the bounds are integers of any size.
         Thread-safe, like :meth:`counts`."""
+        if isinstance(where, BooleanQuery):  # disjoint boxes: their sums add up
+            parts = unions.boxes(where)
+            with self._reader() as con:
+                return sum(self._clipped_sum(con, attribute, lower, upper, b) for b in parts)
         with self._reader() as con:
             return self._clipped_sum(con, attribute, lower, upper, where)
 

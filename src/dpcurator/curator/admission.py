@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 from dpcurator.curator.ledger import Ledger
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
-from dpcurator.queries import Query
+from dpcurator.queries import Query, Schema
+from dpcurator.queries.boolean import BooleanQuery
 
 #: How often a fork's decision may be overtaken by other charges before the request is
 #: decided under the lock.
@@ -164,8 +166,22 @@ def check_and_charge(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def coverage_json(q: Query) -> dict[str, list[list[int]]]:
+def coverage_json(q: Query | BooleanQuery) -> dict[str, Any]:
+    """The coverage as the ledger stores it: ``{attribute: [[start, end], ...]}`` for a
+    box, ``{"|": [box, box, ...]}`` for a union of disjoint boxes."""
+    if isinstance(q, BooleanQuery):
+        return {"|": [coverage_json(b) for b in q.boxes]}
     return {p.attribute.name: [list(iv) for iv in p.coverage] for p in q.predicates}
+
+
+def query_of(schema: Schema, coverage: dict[str, Any], text: str) -> Query | BooleanQuery:
+    """The query a stored coverage describes (the inverse of :func:`coverage_json`)."""
+    union = coverage.get("|")
+    if len(coverage) == 1 and isinstance(union, list) and union and isinstance(union[0], dict):
+        parts = [{n: tuple(tuple(iv) for iv in ivs) for n, ivs in b.items()} for b in union]
+        return BooleanQuery.from_boxes(schema, parts, text=text)
+    covs = {name: tuple(tuple(iv) for iv in ivs) for name, ivs in coverage.items()}
+    return Query.from_coverages(schema, covs, text=text)
 
 
 def remaining_after(filt: OverlapFilter, table: str, query: Query) -> Fraction:

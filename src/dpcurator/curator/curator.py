@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpcurator.curator import requests
-from dpcurator.curator.admission import Refused, Request, check_and_charge, remaining_after
+from dpcurator.curator.admission import (
+    Refused,
+    Request,
+    check_and_charge,
+    query_of,
+    remaining_after,
+)
 from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
@@ -34,7 +40,7 @@ from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLa
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.queries import Query, Schema, Workload, parse_workload_text
-from dpcurator.queries.predicates import intersect
+from dpcurator.queries.boolean import BooleanQuery, intersection
 
 if TYPE_CHECKING:
     from dpcurator.planner import Plan
@@ -51,13 +57,9 @@ def _describe(noise: object) -> tuple[str, float]:
     return "discrete_gaussian", float(noise.sigma)
 
 
-def _and(q: Query, coverages: Mapping[str, tuple]) -> Query:
-    names = set(q.attributes) | set(coverages)
-    covs = {
-        n: intersect(q.coverage(n), coverages[n]) if n in coverages else q.coverage(n)
-        for n in names
-    }
-    return Query.from_coverages(q.schema, covs)
+def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | BooleanQuery:
+    """The query covering C_q ∩ (the box ``coverages``), with canonical text."""
+    return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,12 @@ class Curator:
     def tables(self) -> tuple[str, ...]:
         return tuple(self._backends)
 
+    def load_reports(self) -> dict[str, Any]:
+        """What loading did to each table (rows read, kept, dropped, replaced): for the
+        data custodian only, since it depends on the data; None for a backend without
+        a report."""
+        return {name: getattr(be, "report", None) for name, be in self._backends.items()}
+
     def schema(self, table: str | None = None) -> Schema:
         """The public schema of ``table`` (or of the only table)."""
         return self._schema(self._table(table))
@@ -274,9 +282,7 @@ class Curator:
             self._filter.add(self._charge_of(row))
 
     def _charge_of(self, row: ChargeRow) -> Charge:
-        schema = self._backends[row.table].schema
-        covs = {name: tuple(tuple(iv) for iv in ivs) for name, ivs in row.coverage.items()}
-        q = Query.from_coverages(schema, covs, text=row.request)
+        q = query_of(self._backends[row.table].schema, row.coverage, row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
     def _quota(self, analyst: str | None) -> Fraction | None:
@@ -937,3 +943,110 @@ class AnalystSession:
 
     def history(self) -> list[HistoryEntry]:
         return self._c.history(_analyst=self.name)
+
+
+# --- reading a ledger without the data ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What a ledger says is spent and left, exactly, in its additive unit (epsilon, rho,
+    or mu squared): at the worst point of the domain, or on the points of one query; for
+    an analyst with a quota, of her quota too. ``exact`` is False when a maximum-overlap
+    computation ran out of time: ``spent`` figures are then upper bounds and
+    ``remaining`` ones lower bounds."""
+
+    currency: str
+    budget: Fraction
+    spent: Fraction
+    remaining: Fraction
+    quota: Fraction | None
+    quota_spent: Fraction | None
+    quota_remaining: Fraction | None
+    exact: bool
+
+    @property
+    def value(self) -> Fraction:
+        """What may still be spent: the smaller of the budget's and the quota's remains."""
+        if self.quota_remaining is None:
+            return self.remaining
+        return min(self.remaining, self.quota_remaining)
+
+
+def ledger_schemas(ledger: Ledger) -> dict[str, Schema]:
+    """Every table's public schema, as the ledger's identity records it."""
+    tables = ledger.identity.get("tables")
+    if not isinstance(tables, Mapping):
+        raise InvalidParameter(f"ledger {ledger.path}: its identity names no tables")
+    return {name: Schema.from_dict(d) for name, d in tables.items()}
+
+
+def filter_from_ledger(
+    ledger: Ledger, schemas: Mapping[str, Schema] | None = None
+) -> OverlapFilter:
+    """The overlap-aware filter rebuilt from the ledger's charges alone (as a curator
+    rebuilds it on opening), without the data."""
+    ident = ledger.identity
+    schemas = ledger_schemas(ledger) if schemas is None else schemas
+    filt = OverlapFilter(Fraction(str(ident["amount"])), str(ident["currency"]))
+    for row in ledger.charges_after(0):
+        q = query_of(schemas[row.table], row.coverage, row.request)
+        filt.add(Charge(row.id, row.table, row.analyst, q, row.cost, row.level))
+    return filt
+
+
+def remaining_from_ledger(
+    ledger: Ledger,
+    query: str | Query | None = None,
+    *,
+    table: str | None = None,
+    analyst: str | None = None,
+    time_limit: float = SOLVER_TIME_LIMIT,
+    filt: OverlapFilter | None = None,
+) -> Standing:
+    """What is spent and left, read from the ledger only (never the data): on the points
+    ``query`` covers (at the worst point of the domain if None), for everyone and, for
+    ``analyst``, of her quota. The same figures as :meth:`Curator.remaining_detail`,
+    exact, before any rounding. ``filt``: a filter already rebuilt from this ledger."""
+    schemas = ledger_schemas(ledger)
+    q: Query | BooleanQuery | None = None
+    t: str | None = None
+    if query is not None:
+        t = requests.table_name(table, list(schemas))
+        q = requests.canonical_query(query, schemas[t])
+    elif table is not None:
+        requests.table_name(table, list(schemas))
+    quota: Fraction | None = None
+    if analyst is not None:
+        have = ledger.quota(analyst)
+        if have is False:
+            raise InvalidParameter(f"unknown analyst {analyst!r} in ledger {ledger.path}")
+        quota = have  # type: ignore[assignment]
+    fork = (filter_from_ledger(ledger, schemas) if filt is None else filt).fork()
+    deadline = time.monotonic() + time_limit
+
+    def spent(who: str | None) -> tuple[Fraction, bool]:
+        if q is None:
+            loss = fork.spent_anywhere(who, deadline=deadline)
+        else:
+            assert t is not None
+            loss = fork.spent_on(t, q, who, deadline=deadline)  # type: ignore[arg-type]
+        return loss.value, loss.exact
+
+    everyone, exact = spent(None)
+    mine = quota_left = None
+    if analyst is not None:
+        mine, mine_exact = spent(analyst)
+        exact = exact and mine_exact
+        if quota is not None:
+            quota_left = max(Fraction(0), quota - mine)
+    return Standing(
+        fork.currency,
+        fork.budget,
+        everyone,
+        max(Fraction(0), fork.budget - everyone),
+        quota,
+        mine,
+        quota_left,
+        exact,
+    )

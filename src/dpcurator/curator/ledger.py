@@ -212,9 +212,18 @@ def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
         return None
     if not isinstance(cov, dict):
         return None
+    union = cov.get("|")
+    if len(cov) == 1 and isinstance(union, list) and union and isinstance(union[0], dict):
+        # a boolean query: {"|": [box, box, ...]}, each box as below
+        ok = all(isinstance(b, dict) and _valid_box(b) for b in union)
+        return cov if ok else None
+    return cov if _valid_box(cov) else None
+
+
+def _valid_box(cov: dict) -> bool:
     for name, ivs in cov.items():
         if not isinstance(name, str) or not isinstance(ivs, list):
-            return None
+            return False
         for iv in ivs:
             if (
                 not isinstance(iv, list)
@@ -223,8 +232,8 @@ def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
                 or type(iv[1]) is not int
                 or not 0 <= iv[0] <= iv[1]
             ):
-                return None
-    return cov
+                return False
+    return True
 
 
 class Ledger:

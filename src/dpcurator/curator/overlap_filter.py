@@ -46,8 +46,9 @@ from fractions import Fraction
 import numpy as np
 
 from dpcurator.queries import Query, Schema, max_overlap
+from dpcurator.queries.boolean import BooleanQuery, contains, hull, intersection
 from dpcurator.queries.dense import dense_max_overlap
-from dpcurator.queries.predicates import disjoint, intersect
+from dpcurator.queries.predicates import disjoint
 
 #: Seconds the exact maximum-overlap computations of one request may take in all, before
 #: safe upper bounds are used instead.
@@ -70,25 +71,13 @@ class Charge:
     level: Fraction
 
 
-def restrict(query: Query, to: Query) -> Query:
-    """The query whose coverage is C_query ∩ C_to (a conjunction is closed under ∩)."""
-    names = set(query.attributes) | set(to.attributes)
-    covs = {n: intersect(query.coverage(n), to.coverage(n)) for n in names}
-    return Query.from_coverages(query.schema, covs, text=query.text)
+def restrict(query: Query | BooleanQuery, to: Query | BooleanQuery) -> Query | BooleanQuery:
+    """The query whose coverage is C_query ∩ C_to."""
+    return intersection(query, to)
 
 
-def contains(outer: Query, inner: Query) -> bool:
-    """Whether C_inner ⊆ C_outer (attribute by attribute, for conjunctions)."""
-    if inner.is_empty:
-        return True
-    return all(
-        intersect(inner.coverage(p.attribute.name), p.coverage) == inner.coverage(p.attribute.name)
-        for p in outer.predicates
-    )
-
-
-def _key(q: Query) -> tuple:
-    return tuple((p.attribute.name, p.coverage) for p in q.predicates)
+def _key(q: Query | BooleanQuery) -> tuple:
+    return tuple(tuple((p.attribute.name, p.coverage) for p in b.predicates) for b in q.boxes)
 
 
 @dataclass(frozen=True)
@@ -215,9 +204,9 @@ class _TableIndex:
         if charge.query.is_empty:
             return
         self.hi[n] = self.sizes
-        for p in charge.query.predicates:
-            j = self.names[p.attribute.name]
-            self.lo[n, j], self.hi[n, j] = p.coverage[0][0], p.coverage[-1][1]
+        for name, (lo, hi) in hull(charge.query).items():
+            j = self.names[name]
+            self.lo[n, j], self.hi[n, j] = lo, hi
 
     def truncate(self, keep: int) -> None:
         del self.charges[keep:]
@@ -236,9 +225,9 @@ class _TableIndex:
         """Charges whose per-attribute hulls meet the query's: a superset of the overlapping."""
         n = len(self.charges)
         mask = self.hi[:n, 0] > self.lo[:n, 0]  # non-empty charges
-        for p in query.predicates:
-            j = self.names[p.attribute.name]
-            mask &= (self.lo[:n, j] < p.coverage[-1][1]) & (self.hi[:n, j] > p.coverage[0][0])
+        for name, (lo, hi) in hull(query).items():
+            j = self.names[name]
+            mask &= (self.lo[:n, j] < hi) & (self.hi[:n, j] > lo)
         return mask
 
     def bound(self, query: Query, *, refine: bool = False) -> Fraction:

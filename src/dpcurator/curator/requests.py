@@ -16,6 +16,8 @@ from typing import Any
 
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
 from dpcurator.queries import Query, Schema, parse_query
+from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.boxes import MAX_BOXES
 from dpcurator.queries.predicates import Predicate, render_coverage
 
 #: The longest query text accepted (characters).
@@ -28,13 +30,14 @@ MAX_BATCH = 1_000_000
 MAX_NAME = 200
 
 
-def canonical_query(query: object, schema: Schema) -> Query:
+def canonical_query(query: object, schema: Schema) -> Query | BooleanQuery:
     """The query a request means, over ``schema``'s own attributes.
 
-    Text is parsed. A :class:`Query` object is rebuilt from its coverages (which its
-    constructor already validated), after checking it was made for this very schema;
-    its text is kept only if it parses back to the same coverage, so that the ledger
-    and every label describe what is really charged.
+    Text is parsed. A :class:`Query` (or :class:`BooleanQuery`) object is rebuilt from
+    its coverages through the validating constructors, after checking it was made for
+    this very schema (a boolean query's boxes are made disjoint again, whatever was done
+    to the object); its text is kept only if it parses back to the same coverage, so
+    that the ledger and every label describe what is really charged.
     """
     if query is None:
         return Query.from_coverages(schema, {})
@@ -42,12 +45,35 @@ def canonical_query(query: object, schema: Schema) -> Query:
         if len(query) > MAX_QUERY_TEXT:
             raise TooLarge(f"query text of {len(query)} characters exceeds {MAX_QUERY_TEXT}")
         return parse_query(query, schema)
-    if not isinstance(query, Query):
+    if not isinstance(query, Query | BooleanQuery):
         raise QueryError(f"a query must be text or a Query, got {type(query).__name__}")
     if query.schema is not schema and query.schema != schema:
         raise QueryError("the query was built for another schema than this table's")
-    # Rebuilt through the validating constructors, on this schema's own attributes:
-    # an object whose fields were changed after construction is checked again here.
+    q: Query | BooleanQuery
+    if isinstance(query, BooleanQuery):
+        parts = query.boxes
+        if not isinstance(parts, tuple) or not all(isinstance(b, Query) for b in parts):
+            raise QueryError("a boolean query's boxes must be a tuple of Query objects")
+        if len(parts) > MAX_BOXES:
+            raise TooLarge(f"a boolean query of {len(parts)} boxes exceeds {MAX_BOXES}")
+        q = BooleanQuery.from_boxes(schema, [_box(b, schema) for b in parts])
+    else:
+        q = _box(query, schema)
+    text = query.text
+    if isinstance(text, str) and text and len(text) <= MAX_QUERY_TEXT:
+        try:
+            if parse_query(text, schema) == q:
+                return _with_text(q, text.strip())
+        except QueryError:
+            pass
+    return q
+
+
+def _box(query: Query, schema: Schema) -> Query:
+    """A conjunction rebuilt on ``schema``'s attributes, with its canonical text: an
+    object whose fields were changed after construction is checked again here."""
+    if query.schema is not schema and query.schema != schema:
+        raise QueryError("the query was built for another schema than this table's")
     preds = query.predicates
     if not isinstance(preds, tuple) or not all(isinstance(p, Predicate) for p in preds):
         raise QueryError("a query's predicates must be a tuple of Predicate objects")
@@ -56,15 +82,13 @@ def canonical_query(query: object, schema: Schema) -> Query:
         name = attribute_name(getattr(p.attribute, "name", None), schema)
         rebuilt.append(Predicate(schema.attribute(name), p.coverage))
     q = Query(schema, tuple(rebuilt))
-    q = Query(schema, q.predicates, q.to_text())
-    text = query.text
-    if isinstance(text, str) and text and len(text) <= MAX_QUERY_TEXT:
-        try:
-            if parse_query(text, schema) == q:
-                return Query(schema, q.predicates, text.strip())
-        except QueryError:
-            pass
-    return q
+    return Query(schema, q.predicates, q.to_text())
+
+
+def _with_text(q: Query | BooleanQuery, text: str) -> Query | BooleanQuery:
+    if isinstance(q, BooleanQuery):
+        return BooleanQuery.from_boxes(q.schema, q.boxes, text=text)
+    return Query(q.schema, q.predicates, text)
 
 
 def attribute_name(name: object, schema: Schema, what: str = "attribute") -> str:

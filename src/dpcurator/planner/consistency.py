@@ -1,4 +1,5 @@
-"""Consistent answers by generalised least squares: free post-processing (seed 003, Prop. 2.4).
+"""Consistent answers by generalised least squares: free post-processing (post-processing
+immunity: Dwork & Roth 2014, Prop. 2.1).
 
 The workload's queries cut the domain into *atoms*: on each attribute that some query
 constrains, values with the same membership signature form one atom; a cell is one atom
@@ -13,6 +14,7 @@ breakdowns. It reads only the released answers, never the data.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -49,7 +51,7 @@ def _atoms(queries: Sequence[Query], name: str, size: int) -> tuple[np.ndarray, 
 
 def cell_count(queries: Sequence[Query]) -> int:
     """How many cells (atoms) the workload cuts the domain into."""
-    qs = [q for q in queries if not q.is_empty]
+    qs, _ = _boxes([q for q in queries if not q.is_empty])
     if not qs:
         return 0
     schema = qs[0].schema
@@ -70,7 +72,7 @@ def cells_matrix(queries: Sequence[Query]) -> tuple[list[int], sparse.csr_matrix
     live = [i for i, q in enumerate(qs) if not q.is_empty]  # empty queries: exactly 0
     if not live:
         return live, None
-    lq = [qs[i] for i in live]
+    lq, owner = _boxes([qs[i] for i in live])
     schema = lq[0].schema
     names = sorted({n for q in lq for n in q.attributes}, key=schema.index)
     per_attr = []
@@ -110,7 +112,8 @@ def cells_matrix(queries: Sequence[Query]) -> tuple[list[int], sparse.csr_matrix
         cols.append(flat)
     r = np.concatenate(rows)
     c = np.concatenate(cols)
-    return live, sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(lq), cells))
+    a = sparse.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(lq), cells))
+    return live, a if owner is None else _fold(owner, len(live)) @ a
 
 
 def consistent(
@@ -121,7 +124,8 @@ def consistent(
 ) -> np.ndarray:
     """The least-squares consistent answers (floats), one per query.
 
-    ``system`` is :func:`cells_matrix` of the queries, if already built."""
+    ``system`` is :func:`consistency_system` of the queries (or :func:`cells_matrix`), if
+    already built."""
     qs = list(queries)
     y = np.asarray(values, float)
     v = np.asarray(variances, float)
@@ -129,12 +133,134 @@ def consistent(
         raise InvalidParameter("consistent: one value and one variance per query")
     if not np.all(v > 0):
         raise InvalidParameter("consistent: variances must be positive")
-    live, A = cells_matrix(qs) if system is None else system
+    live, A = consistency_system(qs) if system is None else system
     out = np.zeros(len(qs))
     if A is None:
         return out
+    k, back = _weighted((live, A), v)
+    out[live] = back(_lsqr(k, y[live] / np.sqrt(v[live])))
+    return out
+
+
+#: The most non-empty queries whose shared-cell matrix (queries x queries) is built when
+#: the cell system is too large (36 million entries, about 290 MB).
+MAX_GRAM_QUERIES = 6000
+
+
+def gram_matrix(queries: Sequence[Query]) -> tuple[list[int], np.ndarray | None]:
+    """G = A Aᵀ without A: G[q, r] is the number of cells that queries q and r share,
+    the product over attributes of the atoms both cover. The range of G is the range of
+    A, so the consistent answers are G z for the z minimising the same weighted
+    residual: a system in as many unknowns as there are queries, however many cells the
+    workload cuts the domain into."""
+    qs = list(queries)
+    live = [i for i, q in enumerate(qs) if not q.is_empty]
+    if not live:
+        return live, None
+    if len(live) > MAX_GRAM_QUERIES:
+        raise InvalidParameter(
+            f"--postprocess consistent: {len(live):,} queries are more than "
+            f"{MAX_GRAM_QUERIES:,} for a workload that cuts the domain into this many cells; "
+            "use fewer or coarser queries, or another option"
+        )
+    lq, owner = _boxes([qs[i] for i in live])
+    schema = lq[0].schema
+    names = sorted({n for q in lq for n in q.attributes}, key=schema.index)
+    g = np.ones((len(lq), len(lq)))
+    for n in names:
+        size = schema.attribute(n).size
+        if size > 10_000_000:
+            raise InvalidParameter(f"consistent: attribute {n!r} has too many values ({size})")
+        atom_of, covered = _atoms(lq, n, size)
+        m = np.zeros((len(lq), int(atom_of.max()) + 1), np.float32)
+        for k, c in enumerate(covered):
+            m[k, c] = 1.0
+        g *= (m @ m.T).astype(np.float64)  # exact: counts below 2^24
+    if owner is not None:
+        fold = _fold(owner, len(live))
+        g = np.asarray((fold @ sparse.csr_matrix(g) @ fold.T).todense())
+    return live, g
+
+
+def _boxes(queries: list[Query]) -> tuple[list[Query], np.ndarray | None]:
+    """Boolean queries as their disjoint boxes (rows of A add up per query), and the
+    query each box belongs to; (queries, None) when all are boxes."""
+    if all(isinstance(q, Query) for q in queries):
+        return queries, None
+    boxes = [b for q in queries for b in q.boxes]
+    owner = np.repeat(np.arange(len(queries)), [len(q.boxes) for q in queries])
+    return boxes, owner
+
+
+def _fold(owner: np.ndarray, n: int) -> sparse.csr_matrix:
+    """The 0/1 matrix (queries x boxes) that adds each query's boxes."""
+    return sparse.csr_matrix(
+        (np.ones(len(owner)), (owner, np.arange(len(owner)))), shape=(n, len(owner))
+    )
+
+
+def consistency_system(queries: Sequence[Query]) -> tuple[list[int], Any]:
+    """The system :func:`consistent` solves: the cell matrix A when the workload cuts the
+    domain into few enough cells, else the shared-cell matrix G (:func:`gram_matrix`).
+    Raises :class:`InvalidParameter` when neither fits (call it before releasing)."""
+    try:
+        return cells_matrix(queries)
+    except InvalidParameter as err:
+        if "too many values" in str(err):
+            raise
+        live = [q for q in queries if not q.is_empty]
+        if len(live) > MAX_GRAM_QUERIES:
+            raise
+        return gram_matrix(queries)
+
+
+def _weighted(system: tuple[list[int], Any], v: np.ndarray):
+    """(K, back): K = W^(1/2) A (or W^(1/2) G S, columns scaled to unit norm), whose
+    range is W^(1/2) range(A); back(u) maps a least-squares solution to answers."""
+    live, m = system
     s = 1.0 / np.sqrt(v[live])
-    Aw = sparse.diags(s) @ A
-    sol = lsqr(Aw, y[live] * s, atol=1e-14, btol=1e-14, iter_lim=max(10_000, 4 * len(live)))
-    out[live] = A @ sol[0]
+    if sparse.issparse(m):
+        return sparse.diags(s) @ m, lambda u: m @ u
+    k = s[:, None] * m
+    norms = np.linalg.norm(k, axis=0)
+    scale = np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)
+    k *= scale[None, :]
+    return k, lambda u: m @ (scale * u)
+
+
+def _lsqr(k: Any, b: np.ndarray) -> np.ndarray:
+    return lsqr(k, b, atol=1e-14, btol=1e-14, iter_lim=max(10_000, 4 * k.shape[0]))[0]
+
+
+def consistent_variances(
+    queries: Sequence[Query],
+    variances: Sequence[float],
+    rows: Sequence[int],
+    system: tuple[list[int], Any] | None = None,
+) -> np.ndarray:
+    """The exact variance of the consistent answers of ``rows`` (indices into
+    ``queries``), when the noisy answers are independent with ``variances``.
+
+    The consistent answers are W^(-1/2) P W^(1/2) y with P the orthogonal projection onto
+    W^(1/2) range(A), W = diag(1/v); so Var = v_q P_qq, never above v_q (P_qq <= 1): the
+    consistent answer is never noisier than the raw one. One least-squares solve per
+    row (P e_q); empty queries are exactly 0."""
+    qs = list(queries)
+    v = np.asarray(variances, float)
+    if len(v) != len(qs) or not np.all(v > 0):
+        raise InvalidParameter("consistent: one positive variance per query")
+    live, m = consistency_system(qs) if system is None else system
+    out = np.zeros(len(rows))
+    if m is None:
+        return out
+    k, _ = _weighted((live, m), v)
+    where = {q: j for j, q in enumerate(live)}
+    for i, r in enumerate(rows):
+        j = where.get(int(r))
+        if j is None:
+            continue
+        e = np.zeros(len(live))
+        e[j] = 1.0
+        p_jj = float((k @ _lsqr(k, e))[j])
+        out[i] = v[r] * min(1.0, max(0.0, p_jj))
     return out

@@ -1,11 +1,13 @@
 """Predicate queries and their maximum overlap: pure set logic, no data, no randomness.
 
-Schemas describe public attribute domains; queries are conjunctions of per-attribute
-predicates (seed 002, Smith et al., PoPETs 2022); :func:`max_overlap` computes the
+Schemas describe public attribute domains; a query is any boolean combination of
+single-attribute predicates, kept as a union of disjoint boxes (conjunctions; Smith et
+al., PoPETs 2022, define maximum overlap for any predicate); :func:`max_overlap` computes the
 largest (weighted) number of queries sharing a point of the domain, which is what
 parallel composition lets the curator charge.
 """
 
+from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.overlap import (
     ColouringResult,
     OverlapResult,
@@ -19,6 +21,7 @@ from dpcurator.queries.schema import Attribute, Schema
 
 __all__ = [
     "Attribute",
+    "BooleanQuery",
     "ColouringResult",
     "OverlapResult",
     "Predicate",

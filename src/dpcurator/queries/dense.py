@@ -44,6 +44,24 @@ def dense_max_overlap(
         return None
     if within is not None and within.is_empty:
         return None
+    if any(not isinstance(q, Query) for q in queries):
+        # boolean queries: their disjoint boxes, each with its query's weight
+        owner = [i for i, q in enumerate(queries) for _ in q.boxes]
+        got = dense_max_overlap(
+            [b for q in queries for b in q.boxes], weights[owner], within, limit
+        )
+        if got is None:
+            return None
+        return got[0], got[1], tuple(sorted({owner[i] for i in got[2]}))
+    if within is not None and not isinstance(within, Query):
+        best = None
+        for part in within.boxes:  # the maximum over a union: the best of its boxes
+            got = dense_max_overlap(queries, weights, part, limit)
+            if got is None:
+                return None
+            if best is None or got[0] > best[0]:
+                best = got
+        return best
     schema = queries[0].schema
     live = [i for i, q in enumerate(queries) if not q.is_empty and weights[i] > 0]
     ends: dict[str, set[int]] = {}

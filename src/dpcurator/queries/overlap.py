@@ -42,7 +42,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import sparse
@@ -989,6 +989,14 @@ def _prepare(
     return qs, w, integral
 
 
+def _unions(qs: Sequence[Query]) -> np.ndarray | None:
+    """For a list holding boolean queries (unions of boxes), the index of the query
+    each box of ``[b for q in qs for b in q.boxes]`` belongs to; None if all are boxes."""
+    if all(isinstance(q, Query) for q in qs):
+        return None
+    return np.repeat(np.arange(len(qs)), [len(q.boxes) for q in qs])
+
+
 #: Try the dense prefix-sum grid first (tests of the other paths switch it off).
 _DENSE = True
 
@@ -1007,6 +1015,13 @@ def max_overlap(
     start = time.monotonic()
     deadline = math.inf if time_limit is None else start + time_limit
     qs, w, integral = _prepare(queries, weights)
+    owner = _unions(qs)
+    if owner is not None:
+        # Boolean queries: every disjoint box carries its query's weight; a point lies
+        # in at most one box of each query, so the boxes' overlap is the queries'.
+        boxes = [b for q in qs for b in q.boxes]
+        res = max_overlap(boxes, w[owner], time_limit)
+        return replace(res, witness_queries=tuple(sorted({int(owner[i]) for i in res.witness_queries})))
     eps = 0.0 if integral else 1e-9 * max(1.0, float(w.sum()))
     if not qs:
         return OverlapResult(0, True, 0, 0, {}, (), "empty")
@@ -1228,6 +1243,14 @@ def overlap_graph(queries: Sequence[Query]) -> np.ndarray:
     t = len(queries)
     if not t:
         return np.zeros((0, 0), bool)
+    owner = _unions(queries)
+    if owner is not None:  # two unions meet iff some boxes of theirs do
+        boxes = overlap_graph([b for q in queries for b in q.boxes])
+        onehot = np.zeros((len(owner), t), np.float32)
+        onehot[np.arange(len(owner)), owner] = 1
+        adj = (onehot.T @ boxes.astype(np.float32) @ onehot) > 0.5
+        np.fill_diagonal(adj, False)
+        return adj
     schema = queries[0].schema
     adj = np.ones((t, t), bool)
     empty = np.array([q.is_empty for q in queries])
@@ -1263,6 +1286,9 @@ def colouring_bound(
     qs, w, integral = _prepare(queries, weights)
     if not qs:
         return ColouringResult(0, 0)
+    owner = _unions(qs)
+    if owner is not None:  # boxes of one query never share a point: same bound
+        return colouring_bound([b for q in qs for b in q.boxes], w[owner])
     adj = overlap_graph(qs)
     active = np.array([not q.is_empty for q in qs]) & (w > 0)
     adj[~active] = False

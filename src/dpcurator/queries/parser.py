@@ -1,16 +1,17 @@
-"""The query language (a WHERE-clause subset) and the workload format.
+"""The query language (SQL's WHERE over single columns) and the workload format.
 
-A query is a conjunction across attributes; ``OR`` is accepted only between predicates
-on one attribute (the union stays a predicate on that attribute), because an ``OR``
-across attributes is not a predicate query in the sense of seed 002 (Smith et al.,
-PoPETs 2022) and its coverage is not a product set. Every literal must be a value of
-its attribute's domain: a value outside it is an error rather than a silent
-contradiction, since it is far more often a typo than an intent (write ``IN ()`` for an
-explicit contradiction).
+A query is any boolean combination (AND, OR, NOT, parentheses) of single-column
+predicates; its coverage is a union of boxes, kept as disjoint boxes (see
+:mod:`dpcurator.queries.boxes`), which is how maximum overlap is defined for any
+predicate (Smith et al., PoPETs 2022). Range bounds outside an ordered domain are
+clamped as SQL means them; a value given with ``=`` or ``IN`` must be in the domain, since
+a value outside it is far more often a typo than an intent (``FALSE`` or ``IN ()`` say
+"nothing" explicitly).
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import math
@@ -20,40 +21,48 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpcurator.errors import QueryError, WorkloadError
+from dpcurator.queries import boxes as bx
+from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.boolean import make as make_query
 from dpcurator.queries.predicates import (
+    KEYWORDS,
     IntervalSet,
     Predicate,
     Query,
     complement,
-    intersect,
     normalize,
-    union,
 )
 from dpcurator.queries.schema import Attribute, Schema
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000
-#: Parentheses may nest this deep (deeper text is refused, not a stack overflow).
+#: Parentheses (and NOTs) may nest this deep (deeper text is refused, not a stack overflow).
 MAX_NESTING = 100
 
-_KEYWORDS = {"AND", "OR", "NOT", "IN", "BETWEEN"}
 _TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
   | (?P<string>'(?:[^']|'')*')
-  | (?P<qident>"[^"]+")
+  | (?P<qident>"(?:[^"]|"")+")
+  | (?P<decimal>-?\d+\.\d*|-?\.\d+)
   | (?P<number>-?\d+(?![\w.]))
-  | (?P<op><=|>=|!=|<>|=|<|>)
-  | (?P<punct>[(),])
+  | (?P<op><=|>=|!=|<>|==|=|<|>)
+  | (?P<punct>[(),;])
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
     """,
     re.VERBOSE,
 )
 
+_SUPPORTED = (
+    "supported: comparisons (= == != <> < <= > >=) of a column with a value, "
+    "[NOT] BETWEEN, [NOT] IN (...), IS [NOT] NULL, AND, OR, NOT, parentheses, TRUE, FALSE"
+)
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=", "<>": "<>"}
+
 
 @dataclass(frozen=True)
 class _Tok:
-    kind: str  # string, ident, number, op, punct, kw, end
+    kind: str  # string, ident, qident, number, decimal, op, punct, kw, end
     text: str
     value: int | str | None
     col: int  # 1-based
@@ -67,6 +76,8 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
         if m is None:
             if text[pos] == "'":
                 raise QueryError(f"column {pos + 1 + offset}: unterminated string")
+            if text[pos] == '"':
+                raise QueryError(f"column {pos + 1 + offset}: unterminated quoted name")
             raise QueryError(f"column {pos + 1 + offset}: syntax error at {text[pos]!r}")
         kind = m.lastgroup or ""
         tok = m.group()
@@ -77,30 +88,47 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
         if kind == "string":
             toks.append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
         elif kind == "qident":
-            toks.append(_Tok("ident", tok, tok[1:-1], col))
+            toks.append(_Tok("qident", tok, tok[1:-1].replace('""', '"'), col))
         elif kind == "number":
             toks.append(_Tok("number", tok, int(tok), col))
-        elif kind == "ident" and tok.upper() in _KEYWORDS:
+        elif kind == "op":
+            toks.append(_Tok("op", "=" if tok == "==" else tok, tok, col))
+        elif kind == "ident" and tok.upper() in KEYWORDS:
             toks.append(_Tok("kw", tok.upper(), tok.upper(), col))
         else:
             toks.append(_Tok(kind, tok, tok, col))
+    if toks and toks[-1].kind == "punct" and toks[-1].text == ";":
+        toks.pop()  # a statement's closing semicolon
     toks.append(_Tok("end", "end of query", None, len(text) + 1 + offset))
     return toks
 
 
-# An expression evaluates to attribute name -> coverage (a conjunction).
-_Conj = dict[str, IntervalSet]
+# An expression evaluates to a list of disjoint boxes (attribute -> coverage).
+_Boxes = list[bx.Box]
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not near:
+        near = [c for c in choices if c.lower() == word.lower()][:1]
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 class _Parser:
+    """Recursive descent over the WHERE-clause grammar; every node is turned into
+    disjoint boxes as soon as it is parsed (see :mod:`dpcurator.queries.boxes`)."""
+
     def __init__(self, text: str, schema: Schema, offset: int) -> None:
         self.schema = schema
         self.toks = _tokenize(text, offset)
         self.i = 0
         self.depth = 0
+        self._folded: dict[str, list[str]] = {}
+        for n in schema.names:
+            self._folded.setdefault(n.lower(), []).append(n)
 
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
+    def peek(self, ahead: int = 0) -> _Tok:
+        return self.toks[min(self.i + ahead, len(self.toks) - 1)]
 
     def next(self) -> _Tok:
         tok = self.toks[self.i]
@@ -117,56 +145,206 @@ class _Parser:
             raise self.fail(tok, expected)
         return tok
 
-    def parse(self) -> _Conj:
+    def deeper(self, tok: _Tok) -> None:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise QueryError(f"column {tok.col}: expression nested more than {MAX_NESTING} deep")
+
+    def parse(self) -> _Boxes:
         if self.peek().kind == "end":
             raise self.fail(self.peek(), "a predicate")
         result = self.or_expr()
-        if self.peek().kind != "end":
-            raise self.fail(self.peek(), "AND, OR or end of query")
+        tok = self.peek()
+        if tok.kind != "end":
+            if tok.kind == "kw" and tok.text == "LIKE":
+                raise QueryError(f"column {tok.col}: LIKE is not a predicate over single columns; {_SUPPORTED}")
+            raise self.fail(tok, "AND, OR or end of query")
         return result
 
-    def or_expr(self) -> _Conj:
-        start = self.peek()
+    def or_expr(self) -> _Boxes:
         left = self.and_expr()
         while self.peek().kind == "kw" and self.peek().text == "OR":
             self.next()
-            right = self.and_expr()
-            if len(left) != 1 or left.keys() != right.keys():
-                names = sorted(set(left) | set(right))
-                raise QueryError(
-                    f"column {start.col}: OR across attributes ({', '.join(names)}) "
-                    "is not a predicate query"
-                )
-            (name,) = left
-            left = {name: union(left[name], right[name])}
+            left = bx.disjoint_union(left, self.and_expr(), self.schema)
         return left
 
-    def and_expr(self) -> _Conj:
-        result = self.primary()
+    def and_expr(self) -> _Boxes:
+        result = self.not_expr()
         while self.peek().kind == "kw" and self.peek().text == "AND":
             self.next()
-            right = self.primary()
-            for name, cov in right.items():
-                result[name] = intersect(result[name], cov) if name in result else cov
+            result = bx.merge(bx.conjunction(result, self.not_expr()), self.schema)
         return result
 
-    def primary(self) -> _Conj:
+    def not_expr(self) -> _Boxes:
+        tok = self.peek()
+        if tok.kind == "kw" and tok.text == "NOT":
+            self.next()
+            self.deeper(tok)
+            inner = self.not_expr()
+            self.depth -= 1
+            return bx.negation(inner, self.schema)
+        return self.primary()
+
+    def primary(self) -> _Boxes:
         tok = self.peek()
         if tok.kind == "punct" and tok.text == "(":
             self.next()
-            self.depth += 1
-            if self.depth > MAX_NESTING:
-                raise QueryError(
-                    f"column {tok.col}: parentheses nested more than {MAX_NESTING} deep"
-                )
+            self.deeper(tok)
+            if self.peek().kind == "ident" and self.peek().text.upper() == "SELECT":
+                raise QueryError(f"column {self.peek().col}: sub-queries are not predicates over single columns; {_SUPPORTED}")
             inner = self.or_expr()
             self.expect("punct", ")", "')'")
             self.depth -= 1
             return inner
+        if tok.kind == "kw" and tok.text in ("TRUE", "FALSE"):
+            self.next()
+            return [{}] if tok.text == "TRUE" else []
+        after = self.peek(1)
+        if (
+            tok.kind == "ident"
+            and tok.text.lower() == "total"
+            and (after.kind == "end" or after.text in (")", "AND", "OR"))
+        ):
+            self.next()
+            return [{}]
         return self.predicate()
 
-    def literal(self, attr: Attribute) -> int:
-        tok = self.next()
+    # --- one predicate ---------------------------------------------------------------
+
+    def attribute(self, tok: _Tok) -> Attribute:
+        """The attribute a name token names (case-insensitively when unambiguous)."""
+        if tok.kind not in ("ident", "qident"):
+            raise self.fail(tok, "a column name")
+        name = str(tok.value)
+        if self.peek().kind == "punct" and self.peek().text == "(" and tok.kind == "ident":
+            raise QueryError(
+                f"column {tok.col}: {name}(...) is a function; functions are not predicates "
+                f"over single columns; {_SUPPORTED}"
+            )
+        if name in self.schema:
+            return self.schema.attribute(name)
+        folded = self._folded.get(name.lower(), [])
+        if len(folded) == 1:
+            return self.schema.attribute(folded[0])
+        if len(folded) > 1:
+            raise QueryError(
+                f"column {tok.col}: {name!r} matches several attributes "
+                f"({', '.join(folded)}): write the name exactly"
+            )
+        raise QueryError(
+            f"column {tok.col}: unknown attribute {name!r}{_suggest(name, self.schema.names)}"
+        )
+
+    def is_name(self, tok: _Tok) -> bool:
+        return tok.kind in ("qident", "ident")
+
+    def predicate(self) -> _Boxes:
+        first = self.next()
+        if first.kind in ("string", "number", "decimal"):
+            # a literal first: `30 < age`
+            op = self.next()
+            if op.kind != "op":
+                raise self.fail(op, "a comparison after the value")
+            attr = self.attribute(self.next())
+            return self.compare(attr, _FLIP[op.text], first, op)
+        if first.kind == "kw" and first.text == "NOT":
+            raise self.fail(first, "a predicate")
+        if not self.is_name(first):
+            raise self.fail(first, "a column name, a value, NOT or '('")
+        attr = self.attribute(first)
+        op = self.next()
+        negate = False
+        if op.kind == "kw" and op.text == "NOT":
+            negate = True
+            op = self.next()
+            if not (op.kind == "kw" and op.text in ("IN", "BETWEEN", "LIKE")):
+                raise self.fail(op, "IN or BETWEEN after NOT")
+        if op.kind == "op":
+            value = self.next()
+            if self.is_name(value) and value.kind == "ident":
+                raise QueryError(
+                    f"column {value.col}: comparing two columns is not a predicate over single "
+                    f"columns (quote text values: '{value.text}'); {_SUPPORTED}"
+                )
+            return self.compare(attr, op.text, value, op)
+        if op.kind == "kw" and op.text == "LIKE":
+            raise QueryError(f"column {op.col}: LIKE is not a predicate over single columns; {_SUPPORTED}")
+        if op.kind == "kw" and op.text == "IS":
+            neg = False
+            if self.peek().kind == "kw" and self.peek().text == "NOT":
+                self.next()
+                neg = True
+            self.expect("kw", "NULL", "NULL after IS [NOT]")
+            if attr.missing is None:
+                raise QueryError(
+                    f"column {op.col}: attribute {attr.name!r} declares no missing-value "
+                    'marker, so IS NULL means nothing here (a schema declares one with "missing")'
+                )
+            pos = attr.position(attr.missing)
+            cov = ((pos, pos + 1),)
+            if neg:
+                cov = complement(cov, attr.size)
+            return self.single(attr, cov)
+        if op.kind == "kw" and op.text == "IN":
+            self.expect("punct", "(", "'(' after IN")
+            positions: list[int] = []
+            if self.peek().kind == "punct" and self.peek().text == ")":
+                self.next()
+            else:
+                while True:
+                    positions.append(self.exact_value(attr, self.next()))
+                    sep = self.next()
+                    if sep.kind == "punct" and sep.text == ")":
+                        break
+                    if not (sep.kind == "punct" and sep.text == ","):
+                        raise self.fail(sep, "',' or ')'")
+            cov = normalize((p, p + 1) for p in positions)
+        elif op.kind == "kw" and op.text == "BETWEEN":
+            self.require_ordered(attr, op)
+            lo = self.bound(attr, self.next(), up=False)
+            self.expect("kw", "AND", "AND in BETWEEN")
+            hi = self.bound(attr, self.next(), up=True)
+            cov = normalize([(lo, hi)])
+        else:
+            raise self.fail(op, "a comparison, IN, BETWEEN or IS NULL")
+        if negate:
+            cov = complement(cov, attr.size)
+        return self.single(attr, cov)
+
+    def single(self, attr: Attribute, cov: IntervalSet) -> _Boxes:
+        box = bx.box_of(self.schema, {attr.name: normalize(cov)})
+        return [] if box is None else [box]
+
+    def compare(self, attr: Attribute, op: str, value: _Tok, at: _Tok) -> _Boxes:
+        size = attr.size
+        if op in ("=", "!=", "<>"):
+            pos = self.exact_value(attr, value)
+            cov: IntervalSet = ((pos, pos + 1),)
+            return self.single(attr, cov if op == "=" else complement(cov, size))
+        self.require_ordered(attr, at)
+        if op == "<":
+            cov = ((0, self.bound(attr, value, up=False)),)
+        elif op == "<=":
+            cov = ((0, self.bound(attr, value, up=True)),)
+        elif op == ">":
+            cov = ((self.bound(attr, value, up=True), size),)
+        else:
+            cov = ((self.bound(attr, value, up=False), size),)
+        return self.single(attr, normalize(cov))
+
+    def literal(self, attr: Attribute, tok: _Tok) -> int | str:
+        if tok.kind == "qident":
+            raise QueryError(
+                f"column {tok.col}: use single quotes for values: '{tok.value}' "
+                '(double quotes are for column names)'
+            )
+        if tok.kind == "decimal":
+            raise QueryError(
+                f"column {tok.col}: attribute {attr.name!r} holds integers, got {tok.text}"
+                if attr.type == "integer"
+                else f"column {tok.col}: attribute {attr.name!r} is categorical: quote its "
+                f"values ('{tok.text}')"
+            )
         if tok.kind not in ("string", "number"):
             raise self.fail(tok, "a value")
         if attr.type == "integer":
@@ -180,8 +358,14 @@ class _Parser:
                 f"got number {tok.text} (quote it: '{tok.text}')"
             )
         assert tok.value is not None
+        return tok.value
+
+    def exact_value(self, attr: Attribute, tok: _Tok) -> int:
+        """The position of a value that must be in the domain (=, IN): a typo must not
+        silently spend budget on nothing."""
+        value = self.literal(attr, tok)
         try:
-            return attr.position(tok.value)
+            return attr.position(value)
         except KeyError:
             if attr.type == "integer":
                 raise QueryError(
@@ -189,8 +373,19 @@ class _Parser:
                     f"{attr.name!r} [{attr.min}, {attr.max}]"
                 ) from None
             raise QueryError(
-                f"column {tok.col}: value {tok.text} is not in the domain of {attr.name!r}"
+                f"column {tok.col}: value {tok.text} is not in the domain of "
+                f"{attr.name!r}{_suggest(str(value), attr.values)}"
             ) from None
+
+    def bound(self, attr: Attribute, tok: _Tok, *, up: bool) -> int:
+        """A range bound as a position boundary, clamped to the domain as SQL means it:
+        the boundary before the value (``up=False``) or after it (``up=True``)."""
+        value = self.literal(attr, tok)
+        if attr.type == "integer":
+            assert isinstance(value, int)
+            boundary = value - attr.min + (1 if up else 0)
+            return min(max(boundary, 0), attr.size)
+        return self.exact_value(attr, tok) + (1 if up else 0)
 
     def require_ordered(self, attr: Attribute, tok: _Tok) -> None:
         if not attr.ordered:
@@ -198,79 +393,29 @@ class _Parser:
                 f"column {tok.col}: range {tok.text} on unordered categorical {attr.name!r}"
             )
 
-    def predicate(self) -> _Conj:
-        tok = self.next()
-        if tok.kind != "ident":
-            raise self.fail(tok, "an attribute name or '('")
-        name = str(tok.value)
-        if name not in self.schema:
-            raise QueryError(f"column {tok.col}: unknown attribute {name!r}")
-        attr = self.schema.attribute(name)
-        size = attr.size
-        op = self.next()
-        negate = False
-        if op.kind == "kw" and op.text == "NOT":
-            negate = True
-            op = self.next()
-            if not (op.kind == "kw" and op.text in ("IN", "BETWEEN")):
-                raise self.fail(op, "IN or BETWEEN after NOT")
-        cov: IntervalSet
-        if op.kind == "op":
-            pos = self.literal(attr)
-            if op.text == "=":
-                cov = ((pos, pos + 1),)
-            elif op.text in ("!=", "<>"):
-                cov = complement(((pos, pos + 1),), size)
-            else:
-                self.require_ordered(attr, op)
-                cov = {
-                    "<": ((0, pos),),
-                    "<=": ((0, pos + 1),),
-                    ">": ((pos + 1, size),),
-                    ">=": ((pos, size),),
-                }[op.text]
-        elif op.kind == "kw" and op.text == "IN":
-            self.expect("punct", "(", "'(' after IN")
-            positions: list[int] = []
-            if self.peek().kind == "punct" and self.peek().text == ")":
-                self.next()
-            else:
-                while True:
-                    positions.append(self.literal(attr))
-                    sep = self.next()
-                    if sep.kind == "punct" and sep.text == ")":
-                        break
-                    if not (sep.kind == "punct" and sep.text == ","):
-                        raise self.fail(sep, "',' or ')'")
-            cov = normalize((p, p + 1) for p in positions)
-        elif op.kind == "kw" and op.text == "BETWEEN":
-            self.require_ordered(attr, op)
-            lo = self.literal(attr)
-            self.expect("kw", "AND", "AND in BETWEEN")
-            hi = self.literal(attr)
-            cov = normalize([(lo, hi + 1)])
-        else:
-            raise self.fail(op, "a comparison, IN, NOT IN or BETWEEN")
-        if negate:
-            cov = complement(cov, size)
-        return {name: normalize(cov)}
 
+def parse_query(
+    text: str, schema: Schema, *, line: int | None = None, _offset: int = 0
+) -> Query | BooleanQuery:
+    """Parse a WHERE clause over single columns into one query (errors: :class:`QueryError`).
 
-def parse_query(text: str, schema: Schema, *, line: int | None = None, _offset: int = 0) -> Query:
-    """Parse a WHERE-clause subset into a :class:`Query` (errors: :class:`QueryError`).
-
-    Grammar: comparisons ``= != <> < <= > >=``, ``[NOT] BETWEEN a AND b``,
-    ``[NOT] IN (...)``, ``AND``, ``OR`` within one attribute, parentheses,
-    single-quoted strings (``''`` escapes a quote), integers; keywords are
-    case-insensitive. Constraints on one attribute intersect. ``total`` alone is the
-    query with no predicate (it covers the whole domain).
+    Grammar: comparisons ``= == != <> < <= > >=`` between a column and a value (either
+    side), ``[NOT] BETWEEN a AND b``, ``[NOT] IN (...)``, ``IS [NOT] NULL`` (for an
+    attribute that declares a missing-value marker), ``AND``, ``OR``, ``NOT``,
+    parentheses, ``TRUE``, ``FALSE``; single-quoted values (``''`` escapes a quote),
+    integers, column names bare or in double quotes (``""`` escapes a quote), matched
+    case-insensitively when unambiguous; keywords in any case; an optional final ``;``.
+    Range bounds outside an ordered domain are clamped (``age < 200`` is every age);
+    ``=`` and ``IN`` with a value outside the domain are errors. ``total`` alone covers
+    the whole domain. The result is a :class:`Query` when it covers one box, else a
+    :class:`~dpcurator.queries.boolean.BooleanQuery` of disjoint boxes.
     """
     if not isinstance(text, str):
         raise QueryError("a query must be a string")
-    if text.strip().lower() == "total":  # the query with no predicate: all rows
+    if text.strip().lower() in ("total", "total;"):  # the query with no predicate: all rows
         return Query(schema, (), "total", line)
-    conj = _Parser(text, schema, _offset).parse()
-    return Query.from_coverages(schema, conj, text=text.strip(), line=line)
+    parts = _Parser(text, schema, _offset).parse()
+    return make_query(schema, parts, text.strip(), line)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ integer range costs two intervals, not a billion values.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -159,9 +161,24 @@ def _lit(attr: Attribute, pos: int) -> str:
     return "'" + v.replace("'", "''") + "'"
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+#: Words of the query language; a column named like one must be written in double quotes.
+KEYWORDS = frozenset(
+    {"AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "LIKE"}
+)
+
+
+def render_name(name: str) -> str:
+    """An attribute name as query text: bare when it can be, else in double quotes (a
+    double quote inside doubled, as in SQL)."""
+    if _PLAIN_NAME.fullmatch(name) and name.upper() not in KEYWORDS | {"TOTAL"}:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
 def render_coverage(attr: Attribute, cov: IntervalSet) -> str:
     """Shortest-ish text for a coverage: ``=``, ``BETWEEN``, ``IN``, ``NOT IN`` or an OR of ranges."""
-    name = attr.name
+    name = render_name(attr.name)
     if not cov:
         return f"{name} IN ()"
     size = attr.size
@@ -245,6 +262,8 @@ class Query:
                 )
             seen[j] = p
         canonical = tuple(seen[j] for j in sorted(seen) if not seen[j].is_tautology)
+        if any(p.is_contradiction for p in canonical):  # every empty query is the same
+            canonical = (Predicate(schema.attributes[0], ()),)
         if canonical != preds:
             object.__setattr__(self, "predicates", canonical)
         if not isinstance(self.text, str):
@@ -281,6 +300,12 @@ class Query:
         return any(not p.coverage for p in self.predicates)
 
     @property
+    def boxes(self) -> tuple[Query, ...]:
+        """The disjoint boxes the query covers: itself (none if it is a contradiction).
+        A :class:`~dpcurator.queries.boolean.BooleanQuery` has several."""
+        return () if self.is_empty else (self,)
+
+    @property
     def attributes(self) -> tuple[str, ...]:
         """Names of the attributes the query constrains."""
         return tuple(p.attribute.name for p in self.predicates)
@@ -307,10 +332,17 @@ class Query:
 
 
 def disjoint(q1: Query, q2: Query) -> bool:
-    """Whether two queries share no point: true iff on some attribute their coverages
-    are disjoint (seed 002; polynomial in the number of attributes)."""
+    """Whether two queries share no point. Two conjunctions are disjoint iff on some
+    attribute their coverages are (polynomial in the number of attributes; Smith et al.,
+    PoPETs 2022); two unions of boxes iff every pair of their boxes is."""
     if q1.is_empty or q2.is_empty:
         return True
+    if not isinstance(q1, Query) or not isinstance(q2, Query):
+        return all(_boxes_disjoint(a, b) for a in q1.boxes for b in q2.boxes)
+    return _boxes_disjoint(q1, q2)
+
+
+def _boxes_disjoint(q1: Query, q2: Query) -> bool:
     c2 = {p.attribute.name: p.coverage for p in q2.predicates}
     for p in q1.predicates:
         other = c2.get(p.attribute.name)
@@ -324,6 +356,13 @@ def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
     on every attribute the coverages of all of them intersect (seed 002)."""
     if not queries:
         raise ValueError("common_point needs at least one query")
+    if any(not isinstance(q, Query) for q in queries):
+        # unions: some choice of one box per query must meet (a small search)
+        for choice in itertools.product(*(q.boxes for q in queries)):
+            point = common_point(list(choice))
+            if point is not None:
+                return point
+        return None
     schema = queries[0].schema
     point: dict[str, int | str] = {}
     for attr in schema.attributes:

@@ -36,6 +36,7 @@ class Attribute:
     min: int = 0
     max: int = -1
     ordered: bool = False
+    missing: int | str | None = None  # the value that means "missing" (IS NULL)
     _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +70,14 @@ class Attribute:
                 f"attribute {self.name!r}: unknown type {self.type!r} "
                 "(expected 'integer' or 'categorical')"
             )
+        if self.missing is not None:
+            try:
+                self.position(self.missing)
+            except KeyError:
+                raise SchemaError(
+                    f"attribute {self.name!r}: its missing-value marker {self.missing!r} is "
+                    "not one of its values"
+                ) from None
 
     @property
     def size(self) -> int:
@@ -99,12 +108,16 @@ class Attribute:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form read by :meth:`Schema.from_dict`."""
+        d: dict[str, Any]
         if self.type == "integer":
-            return {"name": self.name, "type": "integer", "min": self.min, "max": self.max}
-        d: dict[str, Any] = {"name": self.name, "type": "categorical"}
-        if self.ordered:
-            d["ordered"] = True
-        d["values"] = list(self.values)
+            d = {"name": self.name, "type": "integer", "min": self.min, "max": self.max}
+        else:
+            d = {"name": self.name, "type": "categorical"}
+            if self.ordered:
+                d["ordered"] = True
+            d["values"] = list(self.values)
+        if self.missing is not None:
+            d["missing"] = self.missing
         return d
 
 
@@ -168,21 +181,29 @@ class Schema:
                 raise SchemaError(f"attribute {i} needs a non-empty string 'name'")
             kind = a.get("type")
             if kind == "integer":
-                extra = set(a) - {"name", "type", "min", "max", "ordered"}
+                extra = set(a) - {"name", "type", "min", "max", "ordered", "missing"}
                 if "min" not in a or "max" not in a:
                     raise SchemaError(f"attribute {name!r}: an integer needs 'min' and 'max'")
                 if a.get("ordered", True) is not True:
                     raise SchemaError(f"attribute {name!r}: integer attributes are ordered")
-                attr = Attribute(name, "integer", min=a["min"], max=a["max"])
+                attr = Attribute(
+                    name, "integer", min=a["min"], max=a["max"], missing=a.get("missing")
+                )
             elif kind == "categorical":
-                extra = set(a) - {"name", "type", "values", "ordered"}
+                extra = set(a) - {"name", "type", "values", "ordered", "missing"}
                 values = a.get("values")
                 if not isinstance(values, Sequence) or isinstance(values, str):
                     raise SchemaError(f"attribute {name!r}: 'values' must be a list of strings")
                 ordered = a.get("ordered", False)
                 if not isinstance(ordered, bool):
                     raise SchemaError(f"attribute {name!r}: 'ordered' must be true or false")
-                attr = Attribute(name, "categorical", values=tuple(values), ordered=ordered)
+                attr = Attribute(
+                    name,
+                    "categorical",
+                    values=tuple(values),
+                    ordered=ordered,
+                    missing=a.get("missing"),
+                )
             else:
                 raise SchemaError(
                     f"attribute {name!r}: unknown type {kind!r} "
