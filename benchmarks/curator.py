@@ -103,7 +103,7 @@ def main() -> None:
             }
         ).to_csv(tmp / "data.csv", index=False)
         print(
-            "check-and-charge latency (overlap-aware filter + SQLite WAL commit, synchronous=FULL)"
+            "check-and-charge latency (overlap-aware filter + durable SQLite commit, synchronous=FULL)"
         )
         print("(exact: the maximum-overlap computation the filter runs only when the fast bound")
         print(" would refuse, i.e. close to the budget)")
