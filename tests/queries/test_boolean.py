@@ -228,3 +228,32 @@ def test_consistency_with_boolean_queries():
     y = rng.normal(50, 5, len(qs))
     c = consistent(qs, y, np.ones(len(qs)))
     assert c[0] == pytest.approx(c[1] + c[2], abs=1e-6) == pytest.approx(c[3] + c[4], abs=1e-6)
+
+
+def test_every_workload_label_parses_back_to_its_query():
+    from dpcurator.queries import parse_workload
+
+    adult = Schema.load("examples/adult/schema.json")
+    wl = parse_workload(
+        "marginal(sex, race)\nhistogram(age, bins=[17, 30, 91])\nhistogram(workclass)\n"
+        "age < 30 OR sex = 'Female'\nNOT (race = 'White') AND workclass IS NOT NULL\ntotal\n",
+        adult,
+    )
+    for q in wl.queries:
+        assert parse_query(q.text, adult) == q, q.text
+        assert parse_query(q.to_text(), adult) == q, q.to_text()
+
+
+def test_names_that_need_quotes_round_trip():
+    odd = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": 'we"ird', "type": "integer", "min": 0, "max": 3},
+                {"name": "two words", "type": "categorical", "values": ["a", "it's"]},
+                {"name": "AND", "type": "integer", "min": 0, "max": 1},
+            ]
+        }
+    )
+    q = parse_query('"we""ird" < 2 OR ("two words" = \'it\'\'s\' AND "AND" = 1)', odd)
+    assert isinstance(q, BooleanQuery)
+    assert parse_query(q.to_text(), odd) == q
