@@ -183,7 +183,10 @@ def test_exact_costs_given_as_fraction_or_decimal(people):
         (lambda c: c.release([], []), InvalidParameter),
         (lambda c: c.release(["age < 3", "age = 200"], [0.1, 0.1]), QueryError),
         (lambda c: c.release(["age < 3"], [1e-24]), InvalidParameter),
-        (lambda c: c.release(["age < 3"], [0.1], kind="x'; DROP TABLE charges; --"), InvalidParameter),
+        (
+            lambda c: c.release(["age < 3"], [0.1], kind="x'; DROP TABLE charges; --"),
+            InvalidParameter,
+        ),
         (lambda c: c.count("age < 3", epsilon=0.5, _analyst="nobody"), InvalidParameter),
     ],
 )
@@ -333,7 +336,10 @@ def test_an_estimate_charges_nothing_and_agrees_with_the_answer(people, tmp_path
         assert h.cells[0].half_width == e.half_width
         assert c.estimate("count", query="region = 'east'", epsilon=0.5).admitted
         assert not c.estimate("count", query="region = 'east'", epsilon=0.6).admitted
-        assert c.estimate("sum", attribute="age", lower=0, upper=100, epsilon=0.2).noise_parameter == 500
+        assert (
+            c.estimate("sum", attribute="age", lower=0, upper=100, epsilon=0.2).noise_parameter
+            == 500
+        )
         alice = c.analyst("alice", quota=0.1)
         assert not alice.estimate("count", query="age > 3", epsilon=0.2).admitted
         for kind, args in [
@@ -362,3 +368,62 @@ def test_a_workload_is_text_never_a_file_name(people, tmp_path):
         assert plan.notes and c.remaining() < 1e-5
         with pytest.raises(BudgetExceeded):
             c.release_workload("total")
+
+
+def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
+    """A request that needs a long maximum-overlap computation runs it without holding
+    the ledger's write lock (SQLite's, shared by every process): another writer gets the
+    lock while the slow request is still computing."""
+    import contextlib
+    import json
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    attrs = [f"c{i}" for i in range(12)]
+    values = [f"v{j}" for j in range(20)]
+    g = np.random.default_rng(0)
+    pd.DataFrame({a: g.choice(values, 200) for a in attrs}).to_csv(tmp_path / "h.csv", index=False)
+    (tmp_path / "h.json").write_text(
+        json.dumps(
+            {"attributes": [{"name": a, "type": "categorical", "values": values} for a in attrs]}
+        )
+    )
+    rnd = random.Random(2)
+
+    def hard() -> str:
+        parts = []
+        for a in rnd.sample(attrs, rnd.randint(1, 3)):
+            vals = [v for v in values if rnd.random() < 0.5] or [values[0]]
+            parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
+        return " AND ".join(parts)
+
+    with Curator.open(
+        data=tmp_path / "h.csv",
+        schema=tmp_path / "h.json",
+        budget=PureDP(1000.0),
+        ledger=tmp_path / "l.db",
+    ) as c:
+        c._time_limit = 0.01  # fill quickly (safe bounds), until the levels pass the budget
+        for _ in range(340):
+            with contextlib.suppress(BudgetExceeded):
+                c.count(hard(), epsilon=3.0)
+        c._time_limit = 3.0
+        done = threading.Event()
+
+        def slow() -> None:
+            with contextlib.suppress(BudgetExceeded):
+                c.count(hard(), epsilon=3.0)
+            done.set()
+
+        t = threading.Thread(target=slow)
+        t.start()
+        time.sleep(0.5)  # the slow request is inside its exact computation by now
+        other = sqlite3.connect(tmp_path / "l.db", timeout=10)
+        other.execute("BEGIN IMMEDIATE")  # the write lock every curator process takes
+        got_lock_while_solving = not done.is_set()
+        other.execute("ROLLBACK")
+        other.close()
+        t.join()
+        assert got_lock_while_solving
