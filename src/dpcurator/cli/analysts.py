@@ -58,9 +58,12 @@ def _additive(ledger, quota: float | None) -> Fraction | None:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from dpcurator.curator.requests import analyst_name
+
+    name = analyst_name(args.name)  # the names the curator and the service accept
     led = _open(args.ledger)
     try:
-        token = led.add_credential(args.name, quota=_additive(led, args.quota), admin=args.admin)
+        token = led.add_credential(name, quota=_additive(led, args.quota), admin=args.admin)
     finally:
         led.close()
     if args.json:
