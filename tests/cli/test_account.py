@@ -85,7 +85,7 @@ def test_plot_writes_png(tmp_path):
         ["pure"],
         ["approx:1"],
         ["approx:1,1"],
-        ["--delta", "0", "pure:1"],
+        ["--delta", "-1", "pure:1"],
         ["--delta", "1.5", "pure:1"],
         ["--delta", "nan", "pure:1"],
         ["--epsilon", "-1", "pure:1"],

@@ -47,7 +47,17 @@ def charges(ledger: Path) -> int:
 def test_json_summary_and_csv(tmp_path, capsys) -> None:
     out = tmp_path / "answers.csv"
     code, so, err = run(
-        capsys, *BASE, "--workload", MIXTURE, "--epsilon", 1, "--json", "--out", out
+        capsys,
+        *BASE,
+        "--workload",
+        MIXTURE,
+        "--epsilon",
+        1,
+        "--json",
+        "--out",
+        out,
+        "--ledger",
+        tmp_path / "l.db",
     )
     assert code == 0, err
     d = json.loads(so)
@@ -96,6 +106,8 @@ def test_full_adult_file_readable_summary(tmp_path, capsys) -> None:
         out,
         "--postprocess",
         "clamp",
+        "--ledger",
+        tmp_path / "l.db",
     )
     assert code == 0, err
     assert "gamma:        28 (exact)" in so and "utility gain" in so and "theorem:" in so
@@ -110,7 +122,18 @@ def test_postprocess_consistent_round(tmp_path, capsys) -> None:
     w.write_text("total\nhistogram(sex)\nmarginal(sex, income)\n")
     out = tmp_path / "a.csv"
     code, _, err = run(
-        capsys, *BASE, "--workload", w, "--rho", 0.1, "--out", out, "--postprocess", "consistent"
+        capsys,
+        *BASE,
+        "--workload",
+        w,
+        "--rho",
+        0.1,
+        "--out",
+        out,
+        "--postprocess",
+        "consistent",
+        "--ledger",
+        ":memory:",
     )
     assert code == 0, err
     v = [float(r["answer"]) for r in csv.DictReader(out.open())]

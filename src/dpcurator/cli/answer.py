@@ -1,4 +1,4 @@
-"""``dpcurator answer``: release a whole workload under one budget (DESIGN.md §8).
+"""``dpcurator answer``: release a whole workload under one budget (docs/design.md).
 
 Parse, plan (:mod:`dpcurator.planner`), release through the curator (one transaction,
 one scan, exact noise), post-process, write. Every check that can fail runs before
@@ -8,22 +8,25 @@ anything is charged.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dpcurator.cli import options
+from dpcurator.cli import options, output
+from dpcurator.cli.release import (
+    POSTPROCESS,
+    check_confidence,
+    load_line,
+    postprocess_steps,
+    release_intervals,
+    rows_of,
+)
 from dpcurator.errors import InvalidParameter
 
-POSTPROCESS = ("none", "clamp", "round", "consistent")
+__all__ = ["POSTPROCESS", "postprocess_steps", "rows_of", "run", "summary"]
 
 _EPILOG = """\
 budget (exactly one):
@@ -33,33 +36,52 @@ budget (exactly one):
                           reports the final (eps, D) from the tightest theorem, and what
                           Laplace noise with optimal composition would have given
   --rho R                 R-zCDP: discrete Gaussian noise
-  --mu M                  M-GDP: discrete Gaussian noise (effective mu, DESIGN §9)
+  --mu M                  M-GDP: discrete Gaussian noise, each with its effective mu
+                          (Dong, Roth & Su 2022 applied to the discrete Gaussian)
 
 allocation:
   sequential  the budget split over all t queries (the baseline)
-  uniform     budget / gamma per query, gamma = maximum overlap (seed 002)
+  uniform     budget / gamma per query, gamma = maximum overlap (Smith et al. 2022)
   optimal     minimise the total expected squared error subject to the budget at every
               point of the domain (default); never worse than uniform
 
---postprocess (comma-separated, applied in order; free: seed 003, Prop. 2.4):
+--postprocess (comma-separated, applied in order; free: post-processing never costs
+privacy, Dwork & Roth 2014, Prop. 2.1):
   none        the noisy integers as released (default)
   consistent  least-squares adjustment (weighted by each answer's noise variance) so
               that queries covering the same cells agree, e.g. a total equals the sum of
-              its breakdown; gives real numbers. Errors if the workload cuts the domain
-              into more than 2,000,000 cells.
+              its breakdown; gives real numbers. Errors if the workload is too large
+              (more than 2,000,000 cells and more than 6,000 queries).
   clamp       replace negative answers by 0
   round       round to the nearest integer (useful after consistent)
   e.g. --postprocess consistent,clamp,round
 
-output: one row per query (query, line, answer, noisy_answer, cost, currency, noise,
-noise_parameter, expected_abs_noise, half_width_95, interval_low, interval_high) to --out
-(CSV, or JSON if it ends in .json); the interval is the exact 95% interval of the noisy
-answer. Without --out the rows go to stdout as CSV and the summary to stderr.
+ledger (required): --ledger FILE records every charge durably, so that a second run
+against the same ledger spends what the first left (and is refused once the budget is
+spent); --ledger :memory: is a throwaway run whose budget dies with the process (the
+summary says so). Read a ledger with `dpcurator ledger show FILE`.
+
+output: one row per query to --out, by its extension: .csv, .json or .parquet. Columns:
+  query, line            the query and its workload line
+  answer                 the released answer, post-processed if --postprocess says so
+  interval_low/high      an interval for `answer` at --confidence (default 0.95):
+                         without post-processing, the exact interval of the discrete
+                         noise; after `consistent`, the normal approximation with the
+                         consistent answer's exact variance (or, beyond 2,000 queries,
+                         an upper bound on it); `clamp` and `round` clamp or round the
+                         ends outwards, which keeps the coverage
+  confidence, interval   the level, and how the interval was made
+  noisy_answer           the noisy count as released by the curator
+  noisy_half_width       the exact half-width of noisy_answer's interval at that level
+  cost, currency, noise, noise_parameter, expected_abs_noise
+Without --out the rows go to stdout as CSV and the summary to stderr.
+--plot FILE.png draws one released table with its intervals, the expected error of each
+answer under the three allocations, and the budget each answer cost.
 
 The Adult data (headerless, ", " separated, 15 columns):
   dpcurator answer --data adult.data --schema examples/adult/schema.json \\
     --workload examples/adult/marginals.txt --epsilon 1 --separator ', ' --no-header \\
-    --columns examples/adult/columns.txt --out answers.csv
+    --columns examples/adult/columns.txt --ledger ledger.db --out answers.csv
 Bad input: one line on stderr, exit status 2, nothing charged."""
 
 
@@ -77,9 +99,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", required=True, metavar="W.txt", help="workload file")
     options.add_budget(p)
     p.add_argument("--allocation", choices=("optimal", "uniform", "sequential"), default="optimal")
-    p.add_argument("--out", metavar="FILE", help="answers file (.csv or .json)")
+    p.add_argument("--out", metavar="FILE", help="answers file: .csv, .json or .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--ledger", metavar="L.db", help="SQLite ledger (default: in memory)")
+    p.add_argument(
+        "--ledger",
+        metavar="L.db",
+        help="SQLite ledger file, created if missing (required; :memory: for a throwaway run)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        metavar="C",
+        help="level of the intervals, in (0, 1) (default 0.95)",
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="draw the release (see below)")
     p.add_argument(
         "--postprocess",
         default="none",
@@ -94,92 +128,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="time for the overlap solver and the optimiser (default 30)",
     )
     options.add_loading(p)
-    p.add_argument("--progress", action="store_true", help="show progress on stderr")
+    p.add_argument(
+        "--progress", action="store_true", help="show a progress bar (default: on a terminal)"
+    )
     p.set_defaults(handler=run)
-
-
-class Progress:
-    """A minimal progress line on stderr (no dependency)."""
-
-    def __init__(self, enabled: bool, steps: int) -> None:
-        self.enabled, self.steps, self.i, self.t0 = enabled, steps, 0, time.monotonic()
-
-    def step(self, what: str) -> None:
-        self.i += 1
-        if self.enabled:
-            done = int(20 * (self.i - 1) / self.steps)
-            bar = "#" * done + "." * (20 - done)
-            sys.stderr.write(
-                f"\r[{bar}] {self.i}/{self.steps} {what:<28} {time.monotonic() - self.t0:6.1f}s"
-            )
-            sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write(
-                f"\r[{'#' * 20}] done in {time.monotonic() - self.t0:.1f}s{' ' * 30}\n"
-            )
-
-
-def postprocess_steps(text: str) -> list[str]:
-    steps = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in steps if s not in POSTPROCESS]
-    if bad or not steps:
-        raise InvalidParameter(
-            f"--postprocess: unknown option {bad[0] if bad else text!r}; choose from "
-            f"{', '.join(POSTPROCESS)} (comma-separated)"
-        )
-    return [s for s in steps if s != "none"]
-
-
-def apply_postprocess(steps, plan, values, system=None) -> np.ndarray:
-    from dpcurator.planner import consistent
-
-    out = np.asarray(values, float)
-    for s in steps:
-        if s == "consistent":
-            var = [n.variance() for n in plan.noises]
-            out = consistent(plan.queries, out, var, system)
-        elif s == "clamp":
-            out = np.maximum(out, 0.0)
-        elif s == "round":
-            out = np.rint(out)
-    return out
-
-
-def rows_of(plan, answers, released) -> list[dict[str, Any]]:
-    rows = []
-    for q, a, noise, v, cost in zip(
-        plan.queries, answers, plan.noises, released, plan.values, strict=True
-    ):
-        val: float | int = int(v) if float(v).is_integer() else float(v)
-        rows.append(
-            {
-                "query": q.text or "total",
-                "line": q.line,
-                "answer": val,
-                "noisy_answer": a.value,
-                "cost": cost,  # exactly what was charged (mu: its square is charged)
-                "currency": a.currency,
-                "noise": a.noise,
-                "noise_parameter": a.noise_parameter,
-                "expected_abs_noise": noise.expected_abs(),
-                "half_width_95": a.half_width,
-                "interval_low": a.interval[0],
-                "interval_high": a.interval[1],
-            }
-        )
-    return rows
-
-
-def write_rows(rows: list[dict[str, Any]], stream: io.TextIOBase, as_json: bool) -> None:
-    if as_json:
-        json.dump(rows, stream, indent=1)
-        stream.write("\n")
-        return
-    w = csv.DictWriter(stream, fieldnames=list(rows[0]) if rows else ["query"])
-    w.writeheader()
-    w.writerows(rows)
 
 
 def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, Any]:
@@ -218,14 +170,15 @@ def print_summary(d: dict[str, Any], stream) -> None:
     p(f"budget:       {d['budget']}")
     p(f"allocation:   {d['allocation']}")
     kind = g["kind"]
+    up = output.up  # a privacy loss is never shown smaller than it is
     if kind == "pure":
-        what = f"{g['epsilon']:.6g}-DP"
+        what = f"{up(g['epsilon'])}-DP"
     elif kind == "approx":
-        what = f"({g['epsilon']:.6g}, {g['delta']:g})-DP (planned as rho = {g['rho']:.6g} zCDP)"
+        what = f"({up(g['epsilon'])}, {g['delta']:g})-DP (planned as rho = {up(g['rho'])} zCDP)"
     elif kind == "zcdp":
-        what = f"{g['rho']:.6g}-zCDP"
+        what = f"{up(g['rho'])}-zCDP"
     else:
-        what = f"{g['mu']:.6g}-GDP"
+        what = f"{up(g['mu'])}-GDP"
     p(f"guarantee:    {what}  [{g['worst_point_queries']} queries at the worst point]")
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
@@ -246,65 +199,133 @@ def print_summary(d: dict[str, Any], stream) -> None:
         p(f"optimality:   within {d['optimality_gap']:.2%} of the optimum (dual bound)")
     for n in d.get("notes", []):
         p(f"note:         {n}")
+    if d.get("data"):
+        p(f"data:         {d['data']}")
+    led = d.get("ledger")
+    if led:
+        c = led["currency"]
+        where = (
+            f"{led['path']}"
+            if led["durable"]
+            else ":memory: (NOT durable: this budget is forgotten when the command ends)"
+        )
+        p(f"ledger:       {where}")
+        p(
+            f"remaining:    {output.amount_text(led['remaining_exact'], c)} {c} at the worst "
+            f"point of the domain (spent {output.amount_text(led['spent_exact'], c, up=True)})"
+        )
     if d.get("out"):
         p(f"answers:      {d['out']}")
+    if d.get("plot"):
+        p(f"plot:         {d['plot']}")
+
+
+def ledger_option(ledger: str | None) -> str:
+    """The --ledger value: a file, or ``:memory:`` said explicitly."""
+    if ledger is None:
+        raise InvalidParameter(
+            "pass --ledger FILE to record what this release spends (a run without it would "
+            "start from a fresh budget every time), or --ledger :memory: for a throwaway run"
+        )
+    if ledger != ":memory:":
+        p = Path(ledger)
+        if p.is_dir():
+            raise InvalidParameter(f"--ledger {ledger}: is a folder; give a file name")
+        if not p.exists():
+            output.check_writable(p, "--ledger")
+    return ledger
+
+
+def ledger_summary(d: dict[str, Any], cur: Any, ledger: str, table: str | None = None) -> None:
+    """What the ledger has left right after the release: the same figures as
+    ``dpcurator ledger show`` (exact fractions in the JSON)."""
+    from dpcurator.curator.curator import remaining_from_ledger
+
+    st = remaining_from_ledger(cur.ledger, table=table)
+    c = st.currency
+    d["ledger"] = {
+        "path": ledger,
+        "durable": cur.ledger.durable,
+        "currency": c,
+        **output.amount_json("spent", st.spent, c, up=True),
+        **output.amount_json("remaining", st.remaining, c),
+        "exact": st.exact,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
-    from dpcurator.planner.consistency import cells_matrix
+    from dpcurator.planner.consistency import consistency_system
     from dpcurator.queries import Schema, parse_workload
 
     t0 = time.monotonic()
     if not (args.time_limit > 0 and math.isfinite(args.time_limit)):
         raise InvalidParameter(f"--time-limit must be a positive number, got {args.time_limit}")
+    ledger = ledger_option(args.ledger)
     guarantee = options.budget_from(args)
     steps = postprocess_steps(args.postprocess)
+    confidence = check_confidence(args.confidence)
     opts = options.load_options(args)
-    prog = Progress(args.progress or sys.stderr.isatty(), 4)
-    prog.step("reading the workload")
-    schema = Schema.load(args.schema)
-    workload = parse_workload(Path(args.workload), schema)
-    if len(workload) == 0:
-        raise InvalidParameter(f"{args.workload}: the workload has no queries")
-    system = cells_matrix(workload.queries) if "consistent" in steps else None
-    out_stream = tmp = None
-    if args.out is not None:  # fail before charging if the output cannot be written
-        out = Path(args.out)
-        tmp = out.with_name(f".{out.name}.partial")
-        out_stream = open(tmp, "w", newline="")  # noqa: SIM115 (closed in finally)
-    ok = False
-    try:
-        prog.step("loading the data")
+    fmt = output.out_format(args.out) if args.out is not None else None
+    if args.out is not None:  # fail before charging if the outputs cannot be written
+        output.check_writable(args.out, "--out")
+    if args.plot is not None:
+        output.check_writable(args.plot, "--plot")
+    with output.progress(5, True if args.progress else None) as bar:
+        bar.step("reading the workload")
+        schema = Schema.load(args.schema)
+        workload = parse_workload(Path(args.workload), schema)
+        if len(workload) == 0:
+            raise InvalidParameter(f"{args.workload}: the workload has no queries")
+        system = consistency_system(workload.queries) if "consistent" in steps else None
+        bar.step("loading the data")
         with Curator.open(
-            data=args.data, schema=schema, budget=guarantee, ledger=args.ledger, **opts
+            data=args.data,
+            schema=schema,
+            budget=guarantee,
+            ledger=ledger,
+            **opts,
         ) as cur:
-            prog.step("planning, charging, counting, noise")
+            bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(
                 workload, allocation=args.allocation, time_limit=args.time_limit
             )
-        prog.step("writing")
-        released = apply_postprocess(steps, plan, [a.value for a in answers], system)
-        rows = rows_of(plan, answers, released)
-        as_json = args.out is not None and args.out.lower().endswith(".json")
-        if out_stream is not None:
-            write_rows(rows, out_stream, as_json)
-        ok = True
-    finally:
-        if out_stream is not None:
-            out_stream.close()
-            if ok:
-                os.replace(tmp, args.out)
-            else:
-                tmp.unlink(missing_ok=True)
-    prog.done()
-    d = summary(plan, args.out, time.monotonic() - t0)
+            d = summary(plan, args.out, None)
+            ledger_summary(d, cur, ledger)
+            loaded = load_line(cur.load_reports())
+        bar.step("post-processing")
+        rel = release_intervals(plan, answers, steps, confidence, system)
+        rows = rows_of(plan, answers, rel, confidence)
+        bar.step("writing")
+        if args.out is not None:
+            assert fmt is not None
+            output.write_rows(rows, args.out, fmt)
+        if args.plot is not None:
+            from dpcurator.cli.plots import plot_release
+
+            text = Path(args.workload).read_text().splitlines()
+            plot_release(
+                plan,
+                rows,
+                args.plot,
+                line_text={q.line: text[q.line - 1].strip() for q in plan.queries},
+                title=f"dpcurator answer: {Path(args.workload).name}",
+            )
+    d["seconds"] = round(time.monotonic() - t0, 3)
+    d["confidence"] = confidence
+    d["postprocess"] = steps
+    if rel.note:
+        d.setdefault("notes", []).append(rel.note)
+    if loaded:
+        d["data"] = loaded
+    if args.plot:
+        d["plot"] = args.plot
     if args.out is None and args.json:
         d["answers"] = rows
     if args.json:
         print(json.dumps(d))
     elif args.out is None:
-        write_rows(rows, sys.stdout, False)
+        output.write_stream(rows, sys.stdout, False)
         print_summary(d, sys.stderr)
     else:
         print_summary(d, sys.stdout)

@@ -22,48 +22,101 @@ SCHEMA = ROOT / "examples" / "adult" / "schema.json"
 WORKLOAD = ROOT / "examples" / "adult" / "marginals.txt"
 
 
+#: The released table the demo shows, with its intervals.
+SHOWCASE = "marginal(sex, income)"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
         help="release marginal tables of a shipped Adult sample and show the savings",
         description="Release all 1- and 2-way marginals of seven attributes of a small "
-        "shipped sample of the Adult data (CC BY 4.0) under one privacy budget, and show "
-        "what parallel composition and the optimal allocation saved against sequential "
-        "composition. Noise comes from the operating system's CSPRNG; no network.",
+        "shipped sample of the Adult data (CC BY 4.0) under one privacy budget, make them "
+        "consistent (least squares, free post-processing), and show what parallel "
+        "composition and the optimal allocation saved against sequential composition. "
+        "Noise comes from the operating system's CSPRNG; the ledger is in memory (a demo "
+        "keeps nothing); no network.",
     )
     p.add_argument("--epsilon", type=float, default=1.0, help="pure-DP budget (default 1)")
-    p.add_argument("--out", metavar="FILE", help="also write every answer (.csv or .json)")
+    p.add_argument("--out", metavar="FILE", help="also write every answer (.csv, .json, .parquet)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the showcase table with its intervals, the expected error of each answer "
+        "under the three allocations, and the budget spent per query",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--progress", action="store_true", help="show a progress bar (default: on a terminal)"
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
-    from dpcurator.cli.answer import rows_of, summary, write_rows
+    from dpcurator.cli import output
+    from dpcurator.cli.answer import summary
+    from dpcurator.cli.release import release_intervals, rows_of
     from dpcurator.planner import make_plan
+    from dpcurator.planner.consistency import consistency_system
     from dpcurator.privacy import PureDP
     from dpcurator.queries import Schema, parse_workload
 
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
         raise InvalidParameter(f"--epsilon must be a finite number > 0, got {args.epsilon}")
+    fmt = output.out_format(args.out) if args.out else None
+    if args.out:
+        output.check_writable(args.out, "--out")
+    if args.plot:
+        output.check_writable(args.plot, "--plot")
     for f in (DATA, SCHEMA, WORKLOAD):
         if not f.is_file():
             raise InvalidParameter(
                 f"demo file {f} not found (the demo runs from a source checkout)"
             )
     t0 = time.monotonic()
-    schema = Schema.load(SCHEMA)
-    wl = parse_workload(WORKLOAD, schema)
-    budget = PureDP(args.epsilon)
-    with Curator.open(data=DATA, schema=schema, budget=budget, separator=",", header=True) as cur:
-        plan = make_plan(wl.queries, wl.weights, budget, "optimal")
-        answers = cur.release(list(plan.queries), list(plan.values), kind="demo")
+    with output.progress(5, True if args.progress else None) as bar:
+        bar.step("reading the workload")
+        schema = Schema.load(SCHEMA)
+        wl = parse_workload(WORKLOAD, schema)
+        budget = PureDP(args.epsilon)
+        bar.step("loading the data, planning")
+        with Curator.open(
+            data=DATA, schema=schema, budget=budget, separator=",", header=True
+        ) as cur:
+            plan = make_plan(wl.queries, wl.weights, budget, "optimal")
+            bar.step("charging, counting, noise")
+            answers = cur.release(list(plan.queries), list(plan.values), kind="demo")
+        bar.step("consistent answers (least squares)")
+        line = _line_of(SHOWCASE)
+        show = [i for i, q in enumerate(plan.queries) if q.line == line]
+        system = consistency_system(plan.queries)
+        rel = release_intervals(plan, answers, ["consistent"], 0.95, system, exact_rows=show)
+        rows = rows_of(plan, answers, rel, 0.95)
+        bar.step("writing")
+        if args.out:
+            assert fmt is not None
+            output.write_rows(rows, args.out, fmt)
+        if args.plot:
+            from dpcurator.cli.plots import plot_release
+
+            text = WORKLOAD.read_text().splitlines()
+            plot_release(
+                plan,
+                rows,
+                args.plot,
+                table_line=line,
+                line_text={q.line: text[q.line - 1].strip() for q in plan.queries},
+                title=f"dpcurator demo: {len(plan.queries):,} cells of the Adult sample, "
+                f"epsilon = {args.epsilon:g}",
+            )
     seconds = time.monotonic() - t0
-    rows = rows_of(plan, answers, [a.value for a in answers])
-    if args.out:
-        with open(args.out, "w", newline="") as fh:
-            write_rows(rows, fh, args.out.lower().endswith(".json"))
     d = summary(plan, args.out, seconds)
+    d["postprocess"] = ["consistent"]
+    d["ledger"] = {"path": ":memory:", "durable": False}
+    d["showcase"] = [rows[i] for i in show]
+    if args.plot:
+        d["plot"] = args.plot
     if args.json:
         print(json.dumps(d))
         return 0
@@ -76,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"  workload:  {WORKLOAD.relative_to(ROOT)}: {tables} marginal tables, {t} cells")
     print(f"  budget:    epsilon = {args.epsilon:g} (pure DP, discrete Laplace noise, OS CSPRNG)")
+    print("  ledger:    in memory (a demo: nothing is kept; `dpcurator answer` needs --ledger)")
     print()
     print("What composition charges for the whole release:")
     print(
@@ -100,21 +154,32 @@ def run(args: argparse.Namespace) -> int:
     print(f"Guarantee: {g.describe()} ({g.worst_queries} queries at the worst point)")
     print(f"  {g.theorem}")
     print()
-    show = [r for r in rows if r["line"] == _line_of(plan, "marginal(sex, income)")]
     if show:
-        print("One released table, marginal(sex, income), with 95% intervals:")
-        for r in show:
-            print(
-                f"  {r['query']:<40} {r['answer']:>7}  [{r['interval_low']}, {r['interval_high']}]"
-            )
+        print(
+            f"One released table, {SHOWCASE}, made consistent with the other {tables - 1} "
+            "(least squares), with 95% intervals:"
+        )
+        print(f"  {'cell':<40} {'answer':>9}  {'95% interval':<20} {'noisy count':>11}")
+        for i in show:
+            r = rows[i]
+            iv = f"[{r['interval_low']:,.0f}, {r['interval_high']:,.0f}]"
+            print(f"  {r['query']:<40} {r['answer']:>9,.0f}  {iv:<20} {r['noisy_answer']:>11,}")
+        print(
+            "  (interval: normal approximation with the consistent answer's exact variance; "
+            f"the noisy counts alone have ±{rows[show[0]]['noisy_half_width']})"
+        )
+    tail = []
+    if args.out:
+        tail.append(f"all answers in {args.out}")
+    if args.plot:
+        tail.append(f"pictures in {args.plot}")
     print(
-        f"\nReleased {t} noisy counts in {seconds:.1f} s"
-        + (f"; all answers in {args.out}" if args.out else "")
+        f"\nReleased {t} noisy counts in {seconds:.1f} s" + ("; " + "; ".join(tail) if tail else "")
     )
     return 0
 
 
-def _line_of(plan, text: str) -> int | None:
+def _line_of(text: str) -> int | None:
     for ln, line in enumerate(WORKLOAD.read_text().splitlines(), start=1):
         if line.strip() == text:
             return ln

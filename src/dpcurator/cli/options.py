@@ -37,6 +37,14 @@ def add_loading(p: argparse.ArgumentParser) -> None:
         default="error",
         help="rows with values outside the schema: stop (default) or drop them",
     )
+    ld.add_argument(
+        "--replace",
+        action="append",
+        default=[],
+        metavar="ATTR=VALUE",
+        help="replace ATTR's values outside the schema (or missing) by VALUE, a declared "
+        "value; repeat for several attributes",
+    )
 
 
 def budget_from(args: argparse.Namespace):
@@ -95,4 +103,12 @@ def load_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["columns"] = cols
     if args.on_invalid == "drop":
         opts["on_invalid"] = "drop"
+    replace = {}
+    for item in getattr(args, "replace", None) or []:
+        attr, eq, value = item.partition("=")
+        if not eq or not attr.strip():
+            raise InvalidParameter(f"--replace: give ATTR=VALUE, got {item!r}")
+        replace[attr.strip()] = value.strip()
+    if replace:
+        opts["replace"] = replace
     return opts

@@ -49,5 +49,188 @@ def plot_tradeoffs(accountants: list[Accountant], path: str, title: str = "") ->
     ax.legend(loc="upper right")
     ax.set_aspect("equal")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from dpcurator.cli.output import save_figure
+
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+# --- a released workload -------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    """A cell's label by its values: "race = 'White' AND sex = 'Male'" -> "White · Male"."""
+    parts = text.split(" AND ")
+    if len(parts) < 2 or not all(" = " in p for p in parts):
+        return text
+    return " · ".join(p.split(" = ", 1)[1].strip("'") for p in parts)
+
+
+def _short(text: str, n: int = 34) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def per_answer_errors(plan) -> dict[str, list[float]]:
+    """Expected |error| of every answer under each allocation (planning only: costs and
+    their noise, no data). The plan's own allocation is taken as planned."""
+    from dpcurator.planner.allocation import allocate
+
+    out: dict[str, list[float]] = {}
+    cache: dict[float, float] = {}
+
+    def err(v: float) -> float:
+        if v not in cache:
+            cache[v] = plan.budget.noise(v).expected_abs()
+        return cache[v]
+
+    w = np.asarray(plan.weights, float)
+    for name in ("sequential", "uniform", "optimal"):
+        if name == plan.allocation.name:
+            out[name] = [n.expected_abs() for n in plan.noises]
+            continue
+        if name == "sequential" or (name == "uniform" and np.all(w == w[0])):
+            # B w_q / sum(w), and B / gamma for equal weights (gamma is in the plan)
+            share = w / w.sum() if name == "sequential" else np.full(len(w), 1 / plan.gamma)
+            costs = [float(plan.budget.amount) * x * (1 - 1e-9) for x in share]
+        else:
+            costs = [
+                float(c) for c in allocate(name, plan.queries, plan.weights, plan.budget).costs
+            ]
+        out[name] = [err(plan.budget.value(c)) for c in costs]
+    return out
+
+
+def plot_release(
+    plan,
+    rows,
+    path: str,
+    *,
+    table_line: int | None = None,
+    line_text: dict[int, str] | None = None,
+    title: str = "",
+) -> None:
+    """Three panels: (a) one released table with its intervals (the released answers
+    only, never a true count); (b) the expected error of each answer under sequential,
+    uniform and optimal allocation; (c) the budget each answer cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpcurator.cli.output import save_figure
+
+    lines = sorted({q.line for q in plan.queries})
+    text_of = dict(line_text or {})
+    for q, r in zip(plan.queries, rows, strict=True):
+        text_of.setdefault(q.line, r["query"])
+    sizes = {ln: sum(1 for q in plan.queries if q.line == ln) for ln in lines}
+    if table_line is None:  # the largest table of at most 24 cells, else the first line
+        small = [ln for ln in lines if sizes[ln] <= 24]
+        table_line = max(small, key=lambda ln: (sizes[ln], -ln)) if small else lines[0]
+    shown = [r for r in rows if r["line"] == table_line][:40]
+    errors = per_answer_errors(plan)
+    per_line: dict[str, list[float]] = {k: [] for k in errors}
+    cost_line: list[float] = []
+    cells: list[int] = []
+    for ln in lines:
+        idx = [i for i, q in enumerate(plan.queries) if q.line == ln]
+        for k in errors:
+            per_line[k].append(float(np.mean([errors[k][i] for i in idx])))
+        cost_line.append(float(np.mean([rows[i]["cost"] for i in idx])))
+        cells.append(len(idx))
+
+    fig = plt.figure(figsize=(12, 15), layout="constrained")
+    gs = fig.add_gridspec(3, 1, height_ratios=[max(2.2, 0.32 * len(shown) + 1.2), 3.4, 3.0])
+    ax = fig.add_subplot(gs[0])
+    conf = rows[0]["confidence"] if rows else 0.95
+    ys = np.arange(len(shown))[::-1]
+    vals = np.array([r["answer"] for r in shown], float)
+    lo = np.array([r["interval_low"] for r in shown], float)
+    hi = np.array([r["interval_high"] for r in shown], float)
+    ax.errorbar(
+        vals,
+        ys,
+        xerr=[vals - lo, hi - vals],
+        fmt="o",
+        color="tab:blue",
+        ecolor="tab:blue",
+        elinewidth=2,
+        capsize=5,
+        ms=7,
+    )
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_ylim(-0.6, len(shown) - 0.4)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([_short(_cell(str(r["query"])), 48) for r in shown], fontsize=9)
+    method = shown[0]["interval"] if shown else ""
+    ax.set_title(
+        f"(a) One released table, {_short(text_of.get(table_line, ''), 50)} "
+        f"(line {table_line}), with {conf:.0%} intervals\n"
+        f"released answers only, never a true count; intervals: {method}",
+        fontsize=11,
+        loc="left",
+    )
+    ax.set_xlabel("released count")
+    ax.grid(axis="x", alpha=0.3)
+
+    x = np.arange(len(lines))
+    labels = [f"{_short(text_of[ln], 30)} ({cells[i]})" for i, ln in enumerate(lines)]
+    ax = fig.add_subplot(gs[1])
+    styles = {
+        "sequential": ("tab:red", "s"),
+        "uniform": ("tab:orange", "^"),
+        "optimal": ("tab:green", "o"),
+    }
+    for k, ys_ in per_line.items():
+        color, marker = styles[k]
+        mark = " (released)" if k == plan.allocation.name else ""
+        total = sum(errors[k])
+        ax.plot(
+            x,
+            ys_,
+            marker=marker,
+            color=color,
+            lw=1.2,
+            ms=5,
+            label=f"{k}{mark}: total E|error| {total:,.0f}",
+        )
+    ax.set_yscale("log")
+    ax.set_ylabel("expected |error| of one answer")
+    ax.set_title(
+        "(b) Expected error of each answer, by workload line, under each allocation",
+        fontsize=11,
+        loc="left",
+    )
+    ax.legend(fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    _xlabels(ax, x, labels)
+
+    ax = fig.add_subplot(gs[2])
+    cur = rows[0]["currency"] if rows else ""
+    ax.bar(x, cost_line, color="tab:green" if plan.allocation.name == "optimal" else "tab:blue")
+    ax.set_ylabel(f"cost of one answer ({cur})")
+    ax.set_title(
+        f"(c) Budget spent per query ({plan.allocation.name} allocation)\n"
+        "the cells of a line share one cost; disjoint cells share the budget",
+        fontsize=11,
+        loc="left",
+    )
+    ax.grid(axis="y", alpha=0.3)
+    _xlabels(ax, x, labels)
+    if title:
+        fig.suptitle(title, fontsize=13)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def _xlabels(ax, x, labels) -> None:
+    if len(labels) <= 45:
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+        ax.set_xlabel("workload line (cells)")
+    else:
+        ax.set_xlabel(f"workload line (1 to {len(labels)})")
