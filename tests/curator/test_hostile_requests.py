@@ -427,3 +427,27 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
         other.close()
         t.join()
         assert got_lock_while_solving
+
+
+def test_request_limits_are_per_curator_and_checked_before_building(people):
+    from dpcurator.curator.requests import RequestLimits
+    from dpcurator.errors import WorkloadError
+
+    data, schema, _ = people
+    with Curator.open(
+        data=data, schema=schema, budget=ONE, limits=RequestLimits(max_cells=50, max_queries=120)
+    ) as c:
+        with pytest.raises(TooLarge, match="100 cells exceeds 50"):
+            c.histogram("age", epsilon=0.1)
+        with pytest.raises(TooLarge, match="exceeds 50"):
+            c.marginal(["age", "sex"], epsilon=0.1)
+        with pytest.raises(TooLarge):
+            c.release(["age < 3"] * 121, [0.001] * 121)
+        with pytest.raises(WorkloadError, match="may hold 120 more"):
+            c.release_workload("marginal(age, sex, region)", epsilon=0.1)  # 800 cells
+        with pytest.raises(WorkloadError, match="may hold 20 more"):
+            c.release_workload("histogram(age)\nmarginal(sex, region, age)", epsilon=0.1)
+        assert c.remaining() == 1.0
+        c.histogram("region", epsilon=0.1)
+    with pytest.raises(InvalidParameter):
+        RequestLimits(max_cells=0)

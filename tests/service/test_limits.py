@@ -123,12 +123,6 @@ def test_a_workload_beyond_the_query_limit_is_refused_at_once(wide) -> None:
     assert wide.charges() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the curator's per-request limits (1,000,000 cells or batch queries, 2,000,000 "
-    "workload queries, checked after expanding every line) let a 30-byte request work "
-    "for minutes; they are not per-server settings yet",
-)
 def test_a_short_request_is_refused_or_answered_quickly(tmp_path: Path) -> None:
     """A request of a few bytes must not keep the server busy for minutes: with these
     limits, a marginal of 1,000,000 cells or a workload of 201 histograms of 10,000 bins

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import socket
+import ssl
 import sys
 import tempfile
 import tomllib
@@ -35,6 +37,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   requests_per_second = 20      # per analyst
   burst = 40
   solver_time_limit = 5         # seconds of exact overlap checks per request
+  max_cells = 100000            # cells of one histogram or marginal
+  max_queries = 100000          # queries of one batch or workload (macros expanded)
   [privacy_unit]                # a person may own up to max_rows rows
   column = "user_id"
   max_rows = 3
@@ -47,6 +51,11 @@ Analysts need tokens: dpcurator analysts add NAME --ledger FILE [--quota Q] [--a
 Try it: dpcurator serve --demo (the shipped Adult sample, a temporary ledger, a token)."""
 
 ROOT = Path(__file__).resolve().parents[3]
+#: A served curator's default work limits per request: a request of a few bytes (a
+#: marginal of two wide columns, a workload of wide histograms) is refused at once
+#: rather than keeping the server busy for minutes.
+SERVER_MAX_CELLS = 100_000
+SERVER_MAX_QUERIES = 100_000
 DEMO_DATA = ROOT / "examples" / "data" / "adult-sample.csv"
 DEMO_SCHEMA = ROOT / "examples" / "adult" / "schema.json"
 
@@ -98,6 +107,58 @@ def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return v
 
 
+#: The keys each section of --config may hold ([tables.NAME] is checked on its own).
+_KEYS = {
+    "budget": {"epsilon", "delta", "rho", "mu"},
+    "ledger": {"path"},
+    "server": {
+        "host",
+        "port",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "max_body_bytes",
+        "requests_per_second",
+        "burst",
+        "solver_time_limit",
+        "max_cells",
+        "max_queries",
+    },
+    "privacy_unit": {"column", "max_rows"},
+    "tables": None,
+}
+
+
+def _known(cfg: dict[str, Any]) -> None:
+    """Refuse a section or key --config does not know (a typo would be ignored)."""
+    for name in cfg:
+        if name not in _KEYS:
+            raise InvalidParameter(
+                f"--config: unknown section [{name}]; known: {', '.join(sorted(_KEYS))}"
+            )
+        keys = _KEYS[name]
+        unknown = sorted(set(_section(cfg, name)) - keys) if keys is not None else []
+        if unknown:
+            raise InvalidParameter(f"--config: unknown key [{name}] {unknown[0]}")
+
+
+def _text(section: dict[str, Any], name: str, key: str, default: str | None = None) -> str | None:
+    v = section.get(key, default)
+    if v is not None and not (isinstance(v, str) and v):
+        raise InvalidParameter(f"--config: [{name}] {key} must be non-empty text, got {v!r}")
+    return v
+
+
+def _positive(server: dict[str, Any], key: str, default: float, *, integer: bool = False):
+    v = server.get(key, default)
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v > 0
+    if ok and integer and v != int(v):
+        ok = False
+    if not ok:
+        what = "a positive integer" if integer else "a positive number"
+        raise InvalidParameter(f"--config: [server] {key} must be {what}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
 def _budget(args: argparse.Namespace, cfg: dict[str, Any]) -> object:
     b = _section(cfg, "budget")
     unknown = set(b) - {"epsilon", "delta", "rho", "mu"}
@@ -135,6 +196,13 @@ def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[An
 
 def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, limit: float):
     from dpcurator import Curator
+    from dpcurator.curator.requests import RequestLimits
+
+    server = _section(cfg, "server")
+    work = RequestLimits(
+        max_cells=_positive(server, "max_cells", SERVER_MAX_CELLS, integer=True),
+        max_queries=_positive(server, "max_queries", SERVER_MAX_QUERIES, integer=True),
+    )
 
     budget = _budget(args, cfg)
     tables = _tables(args, cfg)
@@ -149,7 +217,9 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
         ledger=ledger,
         privacy_unit=privacy_unit,
         solver_time_limit=limit,
+        limits=work,
         **loads[0],
+        **options.backend_options(args),
     )
 
 
@@ -159,27 +229,36 @@ def run(args: argparse.Namespace) -> int:
     from dpcurator.service import Limits, create_app
 
     cfg = _config(args.config)
+    _known(cfg)
     server = _section(cfg, "server")
-    host = args.host or server.get("host", "127.0.0.1")
+    host = args.host or _text(server, "server", "host", "127.0.0.1")
     port = args.port if args.port is not None else server.get("port", 8000)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise InvalidParameter(f"--port must be 0..65535, got {port!r}")
-    cert = args.ssl_certfile or server.get("ssl_certfile")
-    key = args.ssl_keyfile or server.get("ssl_keyfile")
+    cert = args.ssl_certfile or _text(server, "server", "ssl_certfile")
+    key = args.ssl_keyfile or _text(server, "server", "ssl_keyfile")
     if (cert is None) != (key is None):
         raise InvalidParameter("give both --ssl-certfile and --ssl-keyfile, or neither")
     for f in (cert, key):
         if f is not None and not Path(f).is_file():
             raise InvalidParameter(f"TLS file {f} not found")
-    try:
-        limits = Limits(
-            max_body_bytes=int(server.get("max_body_bytes", 1_000_000)),
-            requests_per_second=float(server.get("requests_per_second", 20.0)),
-            burst=int(server.get("burst", 40)),
+    if cert is not None:
+        try:  # a bad certificate or key is refused now, not after "listening on"
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as err:
+            raise InvalidParameter(
+                f"TLS: cannot use certificate {cert} with key {key}: {err}"
+            ) from None
+    limits = Limits(
+        max_body_bytes=_positive(server, "max_body_bytes", 1_000_000, integer=True),
+        requests_per_second=_positive(server, "requests_per_second", 20.0),
+        burst=_positive(server, "burst", 40, integer=True),
+    )
+    time_limit = server.get("solver_time_limit", 5.0)
+    if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
+        raise InvalidParameter(
+            f"--config: [server] solver_time_limit must be a number of seconds, got {time_limit!r}"
         )
-        time_limit = float(server.get("solver_time_limit", 5.0))
-    except (TypeError, ValueError):
-        raise InvalidParameter("--config: [server] limits must be numbers") from None
     token = None
     tmp = None
     if args.demo:
@@ -189,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
             args.epsilon = 1.0
         ledger = str(Path(tmp.name) / "ledger.db")
     else:
-        ledger = args.ledger or _section(cfg, "ledger").get("path")
+        ledger = args.ledger or _text(_section(cfg, "ledger"), "ledger", "path")
         if ledger is None:
             raise InvalidParameter("give --ledger FILE (the server's budget must outlive it)")
     curator = _open(args, cfg, ledger, time_limit)

@@ -130,8 +130,10 @@ class Curator:
         rng: RandomSource,
         group_size: int = 1,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
+        limits: requests.RequestLimits | None = None,
     ) -> None:
         self._backends = dict(backends)
+        self.limits = limits or requests.RequestLimits()
         self.budget = budget
         self._ledger = ledger
         self._rng = rng
@@ -156,6 +158,9 @@ class Curator:
         rng: RandomSource | None = None,
         allow_insecure: bool = False,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
+        limits: requests.RequestLimits | None = None,
+        backend: str = "duckdb",
+        spark: object = None,
         **load_options: Any,
     ) -> Curator:
         """Load the data, open (or create) the ledger, and rebuild the filter from it.
@@ -167,8 +172,22 @@ class Curator:
         for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger=None`` keeps the ledger in
         memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
         one request may take before safe bounds are used (refusals then conservative).
+        ``backend="spark"`` counts on Spark (the ``spark`` extra): ``spark`` is a
+        SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """
         from dpcurator.backends import DuckDBBackend
+
+        if backend not in ("duckdb", "spark"):
+            raise InvalidParameter(f"backend must be 'duckdb' or 'spark', got {backend!r}")
+        if spark is not None and backend != "spark":
+            raise InvalidParameter("spark= applies to backend='spark' only")
+        loader: Any = DuckDBBackend.load
+        if backend == "spark":
+            import functools
+
+            from dpcurator.backends.spark_backend import SparkBackend
+
+            loader = functools.partial(SparkBackend.load, spark=spark)
 
         b = Budget.of(budget)
         source = ensure_secure(rng, allow_insecure=allow_insecure)
@@ -222,7 +241,7 @@ class Curator:
         backends = {}
         try:
             for name, (d, _) in tables.items():
-                backends[name] = DuckDBBackend.load(
+                backends[name] = loader(
                     d, schemas[name], privacy_unit=privacy_unit, name=name, **load_options
                 )
             led = Ledger(ledger, identity)
@@ -230,7 +249,17 @@ class Curator:
             for be in backends.values():
                 be.close()
             raise
-        return cls(backends, b, led, rng=source, group_size=k, solver_time_limit=solver_time_limit)
+        if limits is not None and not isinstance(limits, requests.RequestLimits):
+            raise InvalidParameter("limits must be a RequestLimits")
+        return cls(
+            backends,
+            b,
+            led,
+            rng=source,
+            group_size=k,
+            solver_time_limit=solver_time_limit,
+            limits=limits,
+        )
 
     def close(self) -> None:
         for be in self._backends.values():
@@ -463,15 +492,15 @@ class Curator:
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
         if bins is None:
-            if attr.size > requests.MAX_CELLS:
+            if attr.size > self.limits.max_cells:
                 raise TooLarge(
-                    f"a histogram of {attr.size} cells exceeds {requests.MAX_CELLS}: give bins="
+                    f"a histogram of {attr.size} cells exceeds {self.limits.max_cells}: give bins="
                 )
             spans = [(i, i + 1) for i in range(attr.size)]
             covered = base
             request = f"histogram({attr.name})"
         else:
-            spans, _ = requests.histogram_bins(attr, bins)
+            spans, _ = requests.histogram_bins(attr, bins, self.limits.max_cells)
             covered = _and(base, {attr.name: tuple(spans)})
             edges = [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
             request = f"histogram({attr.name}, bins={edges})"
@@ -506,8 +535,8 @@ class Curator:
         cost = self.budget.cost(epsilon, rho, mu)
         attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
-        if n > requests.MAX_CELLS:
-            raise TooLarge(f"a marginal of {n} cells exceeds {requests.MAX_CELLS}")
+        if n > self.limits.max_cells:
+            raise TooLarge(f"a marginal of {n} cells exceeds {self.limits.max_cells}")
         cells, labels = [], []
         for combo in itertools.product(*(range(a.size) for a in attrs)):
             cell = {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
@@ -678,8 +707,8 @@ class Curator:
         schema = self._schema(t)
         if not isinstance(kind, str) or not kind.isidentifier():
             raise InvalidParameter(f"kind must be a short identifier, got {kind!r}")
-        raw_queries = requests.bounded_list(queries, requests.MAX_BATCH, "queries")
-        raw_costs = requests.bounded_list(costs, requests.MAX_BATCH, "costs")
+        raw_queries = requests.bounded_list(queries, self.limits.max_queries, "queries")
+        raw_costs = requests.bounded_list(costs, self.limits.max_queries, "costs")
         if len(raw_costs) != len(raw_queries):
             raise InvalidParameter(f"got {len(raw_costs)} costs for {len(raw_queries)} queries")
         if not raw_queries:
@@ -753,11 +782,15 @@ class Curator:
 
         t = self._table(table)
         schema = self._schema(t)
-        wl = workload if isinstance(workload, Workload) else parse_workload_text(workload, schema)
+        limit = self.limits.max_queries
+        if isinstance(workload, Workload):
+            wl = workload
+        else:  # counted line by line before any line is expanded
+            wl = parse_workload_text(workload, schema, max_queries=limit)
         if len(wl) == 0:
             raise InvalidParameter("the workload has no queries")
-        if len(wl) > requests.MAX_BATCH:
-            raise TooLarge(f"a workload of {len(wl)} queries exceeds {requests.MAX_BATCH}")
+        if len(wl) > limit:
+            raise TooLarge(f"a workload of {len(wl)} queries exceeds {limit}")
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")

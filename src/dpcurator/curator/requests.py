@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
@@ -22,10 +23,29 @@ from dpcurator.queries.predicates import Predicate, render_coverage
 
 #: The longest query text accepted (characters).
 MAX_QUERY_TEXT = 20_000
-#: The most cells one histogram or marginal may have.
+#: The most cells one histogram or marginal may have (by default).
 MAX_CELLS = 1_000_000
-#: The most queries one batch release may have.
+#: The most queries one batch release or workload may have (by default).
 MAX_BATCH = 1_000_000
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How much work one request may ask for: the cells of one histogram or marginal,
+    and the queries of one batch or workload (macros counted as they would expand,
+    before anything is built). A server sets them lower than a custodian's own session,
+    so that a request of a few bytes cannot keep it busy for minutes."""
+
+    max_cells: int = MAX_CELLS
+    max_queries: int = MAX_BATCH
+
+    def __post_init__(self) -> None:
+        for name in ("max_cells", "max_queries"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**8:
+                raise InvalidParameter(f"{name} must be an integer in [1, 10^8], got {v!r}")
+
+
 #: The longest analyst name.
 MAX_NAME = 200
 
@@ -126,11 +146,13 @@ def integer(value: object, name: str) -> int:
     return as_int
 
 
-def histogram_bins(attr: Any, bins: object) -> tuple[list[tuple[int, int]], list[str]]:
+def histogram_bins(
+    attr: Any, bins: object, max_cells: int = MAX_CELLS
+) -> tuple[list[tuple[int, int]], list[str]]:
     """Half-open integer bins as value-position spans, and a label for each bin."""
     if attr.type != "integer":
         raise QueryError(f"bins= needs an integer attribute; {attr.name!r} is categorical")
-    raw = bounded_list(bins, MAX_CELLS + 1, "bins")
+    raw = bounded_list(bins, max_cells + 1, "bins")
     edges = [integer(b, "every bin edge") for b in raw]
     if len(edges) < 2 or any(b >= a for a, b in itertools.pairwise(edges[::-1])):
         raise QueryError(f"bins must be at least two strictly increasing edges, got {edges!r}")

@@ -157,7 +157,9 @@ class _Parser:
         tok = self.peek()
         if tok.kind != "end":
             if tok.kind == "kw" and tok.text == "LIKE":
-                raise QueryError(f"column {tok.col}: LIKE is not a predicate over single columns; {_SUPPORTED}")
+                raise QueryError(
+                    f"column {tok.col}: LIKE is not a predicate over single columns; {_SUPPORTED}"
+                )
             raise self.fail(tok, "AND, OR or end of query")
         return result
 
@@ -191,7 +193,9 @@ class _Parser:
             self.next()
             self.deeper(tok)
             if self.peek().kind == "ident" and self.peek().text.upper() == "SELECT":
-                raise QueryError(f"column {self.peek().col}: sub-queries are not predicates over single columns; {_SUPPORTED}")
+                raise QueryError(
+                    f"column {self.peek().col}: sub-queries are not predicates over single columns; {_SUPPORTED}"
+                )
             inner = self.or_expr()
             self.expect("punct", ")", "')'")
             self.depth -= 1
@@ -268,7 +272,9 @@ class _Parser:
                 )
             return self.compare(attr, op.text, value, op)
         if op.kind == "kw" and op.text == "LIKE":
-            raise QueryError(f"column {op.col}: LIKE is not a predicate over single columns; {_SUPPORTED}")
+            raise QueryError(
+                f"column {op.col}: LIKE is not a predicate over single columns; {_SUPPORTED}"
+            )
         if op.kind == "kw" and op.text == "IS":
             neg = False
             if self.peek().kind == "kw" and self.peek().text == "NOT":
@@ -336,7 +342,7 @@ class _Parser:
         if tok.kind == "qident":
             raise QueryError(
                 f"column {tok.col}: use single quotes for values: '{tok.value}' "
-                '(double quotes are for column names)'
+                "(double quotes are for column names)"
             )
         if tok.kind == "decimal":
             raise QueryError(
@@ -456,8 +462,11 @@ _MACRO = re.compile(r"^(histogram|marginal)\s*\((.*)\)\s*$", re.IGNORECASE | re.
 _BINS = re.compile(r"^bins\s*=\s*\[(.*)\]$", re.IGNORECASE | re.DOTALL)
 
 
-def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
-    """One workload entry -> its queries (a macro expands to many)."""
+def _expand(
+    body: str, schema: Schema, line: int, offset: int, room: int = MAX_QUERIES
+) -> list[Query]:
+    """One workload entry -> its queries (a macro expands to many, at most ``room``,
+    counted before they are built)."""
     if body.lower() == "total":
         return [Query(schema, (), "total", line)]
     m = _MACRO.match(body)
@@ -480,9 +489,10 @@ def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
             raise QueryError(f"unknown attribute {name!r}")
         attr = schema.attribute(name)
         if bins_text is None:
-            if attr.size > MAX_QUERIES:
+            if attr.size > room:
                 raise QueryError(
-                    f"histogram({name}) would have {attr.size} bins (limit {MAX_QUERIES})"
+                    f"histogram({name}) would have {attr.size} bins; the workload may hold "
+                    f"{room} more queries"
                 )
             out = []
             for p in range(attr.size):
@@ -498,6 +508,11 @@ def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
             raise QueryError(f"bins must be integers: [{bins_text}]") from None
         if len(edges) < 2:
             raise QueryError("bins need at least two edges")
+        if len(edges) - 1 > room:
+            raise QueryError(
+                f"histogram({name}) would have {len(edges) - 1} bins; the workload may hold "
+                f"{room} more queries"
+            )
         if any(b <= a for a, b in itertools.pairwise(edges)):
             raise QueryError("bin edges must increase strictly")
         if edges[0] > attr.min or edges[-1] <= attr.max:
@@ -520,9 +535,10 @@ def _expand(body: str, schema: Schema, line: int, offset: int) -> list[Query]:
         raise QueryError("marginal attributes must be distinct")
     attrs = [schema.attribute(n) for n in names]
     cells = math.prod(a.size for a in attrs)
-    if cells > MAX_QUERIES:
+    if cells > room:
         raise QueryError(
-            f"marginal({', '.join(names)}) would have {cells} cells (limit {MAX_QUERIES})"
+            f"marginal({', '.join(names)}) would have {cells} cells; the workload may hold "
+            f"{room} more queries"
         )
     # Build the cells directly from per-value predicates (no text parsing, no
     # normalisation): each predicate and its text is made once per value, and a cell
@@ -616,17 +632,21 @@ def parse_workload(source: str | Path, schema: Schema) -> Workload:
     return parse_workload_text(text, schema, name=name)
 
 
-def parse_workload_text(text: str, schema: Schema, *, name: str = "<workload>") -> Workload:
+def parse_workload_text(
+    text: str, schema: Schema, *, name: str = "<workload>", max_queries: int = MAX_QUERIES
+) -> Workload:
     """Parse workload text (the format of :func:`parse_workload`), never reading a file:
-    for text that comes from someone who must not name files on this machine."""
+    for text that comes from someone who must not name files on this machine. A workload
+    may expand to at most ``max_queries`` queries; each line's expansion is counted
+    before it is built, so an oversized request is refused at once."""
     if not isinstance(text, str):
         raise WorkloadError(f"{name}: a workload must be text, got {type(text).__name__}")
     queries: list[Query] = []
     weights: list[float] = []
 
     def add(qs: Sequence[Query], w: float, line: int) -> None:
-        if len(queries) + len(qs) > MAX_QUERIES:
-            raise WorkloadError(f"{name}:{line}: workload exceeds {MAX_QUERIES} queries")
+        if len(queries) + len(qs) > max_queries:
+            raise WorkloadError(f"{name}:{line}: workload exceeds {max_queries} queries")
         queries.extend(qs)
         weights.extend([w] * len(qs))
 
@@ -646,7 +666,7 @@ def parse_workload_text(text: str, schema: Schema, *, name: str = "<workload>") 
                     w = _weight(str(raw_w))
                 else:
                     raise QueryError('an entry is a string or {"query": "...", "weight": w}')
-                add(_expand(body.strip(), schema, line, 0), w, line)
+                add(_expand(body.strip(), schema, line, 0, max_queries - len(queries)), w, line)
             except QueryError as err:
                 msg = re.sub(r"^column \d+: ", "", str(err))
                 raise WorkloadError(f"{name}:{line}: {msg}") from None
@@ -666,7 +686,8 @@ def parse_workload_text(text: str, schema: Schema, *, name: str = "<workload>") 
                 w = _weight(body[ats[-1] + 1 :])
                 body = body[: ats[-1]]
             offset = len(body) - len(body.lstrip())
-            add(_expand(body.strip(), schema, line, offset), w, line)
+            room = max_queries - len(queries)
+            add(_expand(body.strip(), schema, line, offset, room), w, line)
         except QueryError as err:
             raise WorkloadError(f"{name}:{line}: {err}") from None
     return Workload(tuple(queries), tuple(weights), name)
