@@ -24,7 +24,7 @@ from typing import Any
 
 from dpcurator.cli import output
 from dpcurator.curator.ledger import Ledger, backup_ledger
-from dpcurator.errors import LedgerError
+from dpcurator.errors import LedgerError, QueryError
 
 _BACKUP_EPILOG = """\
 The ledger may be in use: the copy is one consistent snapshot, taken with SQLite's
@@ -150,11 +150,12 @@ def _show(args: argparse.Namespace) -> int:
         rows = led.charges_after(0)
         filt = filter_from_ledger(led)
         overall = remaining_from_ledger(led, filt=filt)
-        on_query = (
-            remaining_from_ledger(led, args.query, table=args.table, filt=filt)
-            if args.query is not None
-            else None
-        )
+        on_query = None
+        if args.query is not None:
+            try:
+                on_query = remaining_from_ledger(led, args.query, table=args.table, filt=filt)
+            except QueryError as err:
+                raise QueryError(f"--query {args.query!r}: {err}") from None
         cur = overall.currency
         tables: dict[str, dict[str, Any]] = {}
         fork = filt.fork()
@@ -177,7 +178,7 @@ def _show(args: argparse.Namespace) -> int:
             }
         unnamed = sum(1 for r in rows if r.analyst is None)
         if args.plot:
-            _plot_spend(led.path, rows, filt, ident, args.plot)
+            _plot_spend(led.path, rows, filt, ident, args.plot, led.analysts())
     finally:
         led.close()
     if args.json:
@@ -349,7 +350,9 @@ def _analysts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot_spend(path: str, rows: list, filt: Any, ident: dict, out: str) -> None:
+def _plot_spend(
+    path: str, rows: list, filt: Any, ident: dict, out: str, quotas: dict[str, Fraction | None]
+) -> None:
     """Spend at the worst point over time: everyone's, and each analyst's own."""
     import matplotlib
 
@@ -393,7 +396,10 @@ def _plot_spend(path: str, rows: list, filt: Any, ident: dict, out: str) -> None
         xs = t0 + [dt.datetime.fromtimestamp(w, dt.UTC) for w, _ in pts]
         ys = [0.0] + [v for _, v in pts] if pts else []
         label = "everyone (the budget)" if a is None else f"analyst {a}"
-        ax.step(
+        quota = quotas.get(a) if a is not None else None
+        if quota is not None:
+            label += f" (quota {show(quota):.6g})"
+        line = ax.step(
             xs,
             ys,
             where="post",
@@ -403,6 +409,8 @@ def _plot_spend(path: str, rows: list, filt: Any, ident: dict, out: str) -> None
             marker="o",
             ms=3,
         )
+        if quota is not None:
+            ax.axhline(show(quota), color=line[0].get_color(), ls=":", lw=1.2)
     ax.axhline(
         show(budget), color="firebrick", ls="--", lw=1.2, label=f"budget ({show(budget):.6g} {cur})"
     )
@@ -413,7 +421,7 @@ def _plot_spend(path: str, rows: list, filt: Any, ident: dict, out: str) -> None
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))
     fig.autofmt_xdate()
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.9), fontsize=9, framealpha=0.9)
     fig.tight_layout()
     try:
         output.save_figure(fig, out, "--plot")
