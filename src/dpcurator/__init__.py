@@ -1,6 +1,6 @@
 """dpcurator: differentially private statistics that spend the budget slowly.
 
-See DESIGN.md for the architecture. The pure packages are :mod:`dpcurator.privacy`
+See docs/design.md for the architecture and the mathematics. The pure packages are :mod:`dpcurator.privacy`
 (guarantees, conversions, composition, filters, trade-off functions) and
 :mod:`dpcurator.queries` (schemas, predicate queries, maximum overlap). The curator
 (:class:`Curator`) is the one place where data, noise and budget meet.

@@ -1,4 +1,4 @@
-"""``dpcurator overlap``: the maximum overlap of a workload (seed 002, DESIGN §6)."""
+"""``dpcurator overlap``: the maximum overlap of a workload (Smith et al. 2022; docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Exact noise: samplers, noise descriptions with their accuracy, noisy counts and sums.
 
-Everything here releases integers with exactly distributed noise (DESIGN.md §9):
+Everything here releases integers with exactly distributed noise (docs/design.md §9):
 the discrete Laplace and discrete Gaussian samplers of Canonne, Kamath & Steinke (2020),
 in integer arithmetic, vectorised with numpy, from the operating system's CSPRNG by
 default. See docs/noise.md.

@@ -196,7 +196,7 @@ class DiscreteGaussianNoise:
 
     ``sigma`` is an exact rational. Added to an integer query of sensitivity Delta it
     gives (Delta^2 / (2 sigma^2))-zCDP (Canonne, Kamath & Steinke 2020, Thm 4), and
-    mu-GDP with mu = Delta * effective_gdp_mu(sigma) (DESIGN.md §9; group privacy of GDP
+    mu-GDP with mu = Delta * effective_gdp_mu(sigma) (docs/design.md §9; group privacy of GDP
     for Delta > 1). Note that sigma^2 is the variance of the *continuous* Gaussian
     with the same shape; the discrete one's variance is slightly smaller
     (:meth:`variance`).
@@ -280,7 +280,7 @@ class DiscreteGaussianNoise:
         return ZCDP(float_up(Fraction(d * d) / (2 * self.sigma * self.sigma)))
 
     def gdp(self, sensitivity: int = 1) -> object:
-        """mu-GDP with mu = Delta * effective_gdp_mu(sigma) (DESIGN.md §9; Dong, Roth & Su
+        """mu-GDP with mu = Delta * effective_gdp_mu(sigma) (docs/design.md §9; Dong, Roth & Su
         2022, Thm 2.14 for a shift of Delta as Delta unit shifts)."""
         from dpcurator.privacy import GDP
         from dpcurator.privacy.discrete_gaussian import effective_gdp_mu

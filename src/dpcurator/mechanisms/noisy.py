@@ -1,6 +1,6 @@
 """From a privacy cost in an additive currency to exact noise, and noisy counts and sums.
 
-The curator spends budgets in additive currencies (DESIGN.md §5): epsilon (pure DP),
+The curator spends budgets in additive currencies (docs/design.md §5): epsilon (pure DP),
 rho (zCDP) or mu (Gaussian DP, adding mu^2). For a query of integer sensitivity Delta
 (1 for a count under add/remove-one-row; max(|lower|, |upper|) for a sum clipped to
 [lower, upper]):
@@ -8,7 +8,7 @@ rho (zCDP) or mu (Gaussian DP, adding mu^2). For a query of integer sensitivity 
 * ``PureDP(eps)``  -> discrete Laplace, scale = Delta / eps;
 * ``ZCDP(rho)``    -> discrete Gaussian, sigma = Delta / sqrt(2 rho);
 * ``GDP(mu)``      -> the discrete Gaussian with the smallest sigma (on a fine grid) whose
-  *effective* mu, ``Delta * effective_gdp_mu(sigma)``, is at most mu (DESIGN.md §9).
+  *effective* mu, ``Delta * effective_gdp_mu(sigma)``, is at most mu (docs/design.md §9).
 
 The samplers take exact rationals. The real-valued ideal parameter is replaced by a
 rational with a small numerator and denominator (so that sampling stays in fast

@@ -1,4 +1,4 @@
-"""Planning a batch release: maximum overlap, allocation, final guarantee (DESIGN.md §8).
+"""Planning a batch release: maximum overlap, allocation, final guarantee (docs/design.md §8).
 
 Pure mathematics: no I/O, no randomness, no data. :func:`make_plan` decides every cost
 before the data is touched; :meth:`dpcurator.curator.Curator.release` then charges,

@@ -1,10 +1,10 @@
-"""Allocating a budget over the queries of a workload (DESIGN.md §8).
+"""Allocating a budget over the queries of a workload (docs/design.md §8).
 
 Pure mathematics: queries and costs in, costs out; no data, no randomness.
 
 Every allocation gives query q an additive cost c_q (eps, rho or mu^2) such that, for
 every point x of the domain, sum_{q covering x} c_q <= B: then the release is B-private
-by parallel composition over the maximum overlap (Smith et al. 2022, seed 002) and
+by parallel composition over the maximum overlap (Smith et al. 2022, Thm 5) and
 additive composition at the worst point. Three allocations:
 
 * ``sequential``: c_q = B w_q / sum w (the baseline; ignores overlap);

@@ -1,7 +1,7 @@
 """Budgets in their additive currency, as the planner and the curator see them.
 
 An ``(eps, delta)`` target is enforced, like the curator's ledger does, as the largest
-zCDP budget whose conversion meets it (DESIGN.md §5), so a planned release can be
+zCDP budget whose conversion meets it (docs/design.md §3 and §5), so a planned release can be
 charged through :meth:`dpcurator.curator.Curator.release`.
 """
 

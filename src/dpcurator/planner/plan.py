@@ -1,4 +1,4 @@
-"""A release plan: costs, noise, expected errors and the final guarantee (DESIGN.md §8).
+"""A release plan: costs, noise, expected errors and the final guarantee (docs/design.md §8).
 
 Pure: queries and a budget in, numbers out. The release itself (charging, counting,
 noise) is :meth:`dpcurator.curator.Curator.release`.
@@ -88,7 +88,7 @@ class Plan:
 
     @property
     def utility_gain(self) -> float:
-        """U = 1 - E_plan / E_sequential (seed 002), E = expected total |noise|."""
+        """U = 1 - E_plan / E_sequential (Smith et al. 2022), E = expected total |noise|."""
         seq = self.expected_abs["sequential"]
         return 1.0 - self.expected_abs[self.allocation.name] / seq if seq > 0 else 0.0
 
