@@ -82,7 +82,8 @@ The Adult data (headerless, ", " separated, 15 columns):
   dpcurator answer --data adult.data --schema examples/adult/schema.json \\
     --workload examples/adult/marginals.txt --epsilon 1 --separator ', ' --no-header \\
     --columns examples/adult/columns.txt --ledger ledger.db --out answers.csv
-Bad input: one line on stderr, exit status 2, nothing charged."""
+Bad input: one line on stderr, exit status 2, nothing charged.
+Every option: docs/answer.md; why it is private and how it is computed: docs/design.md."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
