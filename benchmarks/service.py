@@ -210,16 +210,6 @@ class Server:
         self._log.close()
 
 
-@contextlib.contextmanager
-def serving(args: Sequence[str], log: Path) -> Iterator[Server]:
-    server = Server(args, log)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
 def start_bench_server(
     tmp: Path, data: Path, schema: Path, tag: str, *, nodelay: bool = False
 ) -> tuple[Server, Path]:
@@ -273,13 +263,17 @@ def timed(count: Callable[[str], object], n: int, warm: int) -> list[float]:
 
 def concurrent(
     workers: Sequence[Callable[[str], object]], duration: float
-) -> tuple[int, list[float], int]:
-    """Run every worker in its own thread for ``duration`` seconds, all started at once;
-    (answers finished in time, their latencies in seconds, errors)."""
+) -> tuple[int, list[float], int, float]:
+    """Run every worker in its own thread, all started at once, each sending requests
+    one after another until ``duration`` seconds have passed; the requests in flight
+    then finish and count. (answers, their latencies in seconds, errors, seconds from
+    the start to the last answer): answers / seconds is the throughput, without the
+    bias of dropping the requests that straddle the end."""
     n = len(workers)
     barrier = threading.Barrier(n + 1)
     start_end = [0.0, 0.0]
-    done: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    last = [0.0] * n
     errors = [0] * n
 
     def run(i: int) -> None:
@@ -295,7 +289,8 @@ def concurrent(
                 work(QUERIES[j % len(QUERIES)])
             except Exception:
                 errors[i] += 1
-            done[i].append((t, time.perf_counter()))
+            last[i] = time.perf_counter()
+            latencies[i].append(last[i] - t)
             j += 1
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
@@ -306,8 +301,8 @@ def concurrent(
     barrier.wait()
     for t in threads:
         t.join()
-    finished = [b - a for per in done for a, b in per if b <= start_end[1]]
-    return len(finished), finished, sum(errors)
+    done = [x for per in latencies for x in per]
+    return len(done), done, sum(errors), max(max(last), start_end[1]) - start_end[0]
 
 
 def alternate(
@@ -318,7 +313,7 @@ def alternate(
     """Run each variant ``(prepare, workers)`` for ``duration`` seconds in all, in
     ``slices`` turns taken alternately, so that a change in the machine's background load
     weighs on every variant alike; per variant (answers per second, p50 ms, errors)."""
-    tallies: list[tuple[int, list[float], int]] = [(0, [], 0) for _ in variants]
+    tallies: list[tuple[int, list[float], int, float]] = [(0, [], 0, 0.0) for _ in variants]
     for s in range(slices):
         for k in range(len(variants)):
             v = (s + k) % len(variants)
@@ -327,12 +322,12 @@ def alternate(
             if s == 0:
                 for i, w in enumerate(workers):  # warm: a connection, a cursor
                     w(QUERIES[i % len(QUERIES)])
-            n, lat, err = concurrent(workers, duration / slices)
-            done, lats, errs = tallies[v]
-            tallies[v] = (done + n, lats + lat, errs + err)
+            n, lat, err, secs = concurrent(workers, duration / slices)
+            done, lats, errs, total = tallies[v]
+            tallies[v] = (done + n, lats + lat, errs + err, total + secs)
     return [
-        (done / duration, float(np.percentile(lats, 50) * 1e3) if lats else float("nan"), errs)
-        for done, lats, errs in tallies
+        (done / total, float(np.percentile(lats, 50) * 1e3) if lats else float("nan"), errs)
+        for done, lats, errs, total in tallies
     ]
 
 
@@ -373,7 +368,31 @@ class CountGate:
 VARIANTS = (("serve as shipped", False), ("serve + TCP_NODELAY", True))
 
 
-def part_latency(tmp: Path, data: Path, schema: Path, rows: int, n: int, warm: int) -> None:
+Target = tuple[str, list[str]]  # a server's URL and its analysts' tokens
+
+
+@contextlib.contextmanager
+def bench_servers(
+    tmp: Path, data: Path, schema: Path, rows: int, tokens: int
+) -> Iterator[list[Target]]:
+    """Both server variants on one data file, each with ``tokens`` analysts."""
+    servers: list[Server] = []
+    try:
+        targets = []
+        for _, nodelay in VARIANTS:
+            server, ledger = start_bench_server(
+                tmp, data, schema, f"{rows}-{nodelay}", nodelay=nodelay
+            )
+            servers.append(server)
+            url = server.wait_ready()
+            targets.append((url, add_analysts(url, ledger, tokens)))
+        yield targets
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def part_latency(curator: Curator, targets: Sequence[Target], rows: int, n: int, warm: int):
     """The in-process session and both servers answer in turn, one count each, so that
     any background load weighs on all three alike; also the paired differences."""
     print(
@@ -385,44 +404,29 @@ def part_latency(tmp: Path, data: Path, schema: Path, rows: int, n: int, warm: i
         "paths answer the same"
     )
     print("   query one after the other, in a rotating order)")
-    servers = []
+    session = curator.analyst("bench")
+    clients = [Client(url, tokens[0]) for url, tokens in targets]
     try:
-        for _, nodelay in VARIANTS:
-            server, ledger = start_bench_server(
-                tmp, data, schema, f"lat-{nodelay}", nodelay=nodelay
-            )
-            servers.append(server)
-            url = server.wait_ready()
-            (token,) = add_analysts(url, ledger, 1)
-            servers.append(Client(url, token))
-        with Curator.open(
-            data=data, schema=schema, budget=PureDP(BIG), ledger=tmp / "inproc.db"
-        ) as curator:
-            session = curator.analyst("bench")
-            clients = [c for c in servers if isinstance(c, Client)]
-            paths: list[Callable[[str], object]] = [
-                lambda q: session.count(q, epsilon=COST),
-                *(lambda q, c=c: c.count(q, epsilon=COST) for c in clients),
-            ]
-            for i in range(warm):
-                for path in paths:
-                    path(QUERIES[i % len(QUERIES)])
-            times: list[list[float]] = [[] for _ in paths]
-            for i in range(n):
-                q = QUERIES[i % len(QUERIES)]
-                for k in range(len(paths)):
-                    j = (i + k) % len(paths)
-                    t = time.perf_counter()
-                    paths[j](q)
-                    times[j].append(time.perf_counter() - t)
-            # the HTTP round trip of an authenticated route that counts nothing
-            bare = [timed(lambda q, c=c: c.remaining(), n // 2, warm) for c in clients]
+        paths: list[Callable[[str], object]] = [
+            lambda q: session.count(q, epsilon=COST),
+            *(lambda q, c=c: c.count(q, epsilon=COST) for c in clients),
+        ]
+        for i in range(warm):
+            for path in paths:
+                path(QUERIES[i % len(QUERIES)])
+        times: list[list[float]] = [[] for _ in paths]
+        for i in range(n):
+            q = QUERIES[i % len(QUERIES)]
+            for k in range(len(paths)):
+                j = (i + k) % len(paths)
+                t = time.perf_counter()
+                paths[j](q)
+                times[j].append(time.perf_counter() - t)
+        # the HTTP round trip of an authenticated route that counts nothing
+        bare = [timed(lambda q, c=c: c.remaining(), n // 2, warm) for c in clients]
     finally:
-        for s in servers:
-            if isinstance(s, Client):
-                s.close()
-            else:
-                s.stop()
+        for c in clients:
+            c.close()
     i50, i95 = percentiles(times[0])
     print(f"   {'path':<48} | {'p50 ms':>8} | {'p95 ms':>8}")
     print(f"   {'in-process AnalystSession.count':<48} | {i50:>8.2f} | {i95:>8.2f}")
@@ -441,10 +445,29 @@ def part_latency(tmp: Path, data: Path, schema: Path, rows: int, n: int, warm: i
     print()
 
 
-def part_throughput(
-    tmp: Path, datasets: Sequence[tuple[int, Path]], schema: Path, duration: float,
-    clients: Sequence[int], slices: int,
-) -> None:  # fmt: skip
+def http_throughput(
+    targets: Sequence[Target], clients: Sequence[int], duration: float, slices: int
+) -> dict[int, list[tuple[float, float, int]]]:
+    """{clients: [(req/s, p50 ms, errors) per server variant]}."""
+    out = {}
+    for n in clients:
+        pools = [[Client(url, tokens[i]) for i in range(n)] for url, tokens in targets]
+        try:
+            variants = [
+                (lambda: None, [lambda q, c=c: c.count(q, epsilon=COST) for c in pool])
+                for pool in pools
+            ]
+            out[n] = alternate(variants, duration, slices)
+        finally:
+            for pool in pools:
+                for c in pool:
+                    c.close()
+    return out
+
+
+def print_throughput(
+    results: dict[int, dict[int, list[tuple[float, float, int]]]], duration: float, slices: int
+) -> None:
     limits = ", ".join(f"{k} = {v}" for k, v in SERVER_LIMITS.items())
     print(
         f"2. throughput: answered counts per second, {duration:g} s per cell, taken in "
@@ -457,55 +480,32 @@ def part_throughput(
     print(f"   {'':>10} | {'':>7} | {head}")
     sub = " | ".join(f"{'req/s':>8} | {'p50 ms':>8}" for _ in VARIANTS)
     print(f"   {'rows':>10} | {'clients':>7} | {sub} | errors")
-    for rows, data in datasets:
-        servers: list[Server] = []
-        try:
-            urls_tokens = []
-            for _, nodelay in VARIANTS:
-                server, ledger = start_bench_server(
-                    tmp, data, schema, f"tp-{rows}-{nodelay}", nodelay=nodelay
-                )
-                servers.append(server)
-                url = server.wait_ready()
-                urls_tokens.append((url, add_analysts(url, ledger, max(clients))))
-            for n in clients:
-                pools = [[Client(url, tokens[i]) for i in range(n)] for url, tokens in urls_tokens]
-                try:
-                    variants = [
-                        (lambda: None, [lambda q, c=c: c.count(q, epsilon=COST) for c in pool])
-                        for pool in pools
-                    ]
-                    results = alternate(variants, duration, slices)
-                finally:
-                    for pool in pools:
-                        for c in pool:
-                            c.close()
-                cells = " | ".join(f"{r:>8.1f} | {p:>8.2f}" for r, p, _ in results)
-                errors = sum(e for _, _, e in results)
-                print(f"   {rows:>10,} | {n:>7} | {cells} | {errors}")
-        finally:
-            for server in servers:
-                server.stop()
-    rows, data = datasets[-1]
+    for rows in sorted(results):
+        for n, cells in results[rows].items():
+            text = " | ".join(f"{r:>8.1f} | {p:>8.2f}" for r, p, _ in cells)
+            errors = sum(e for _, _, e in cells)
+            print(f"   {rows:>10,} | {n:>7} | {text} | {errors}")
+
+
+def inproc_throughput(
+    curator: Curator, rows: int, clients: Sequence[int], duration: float, slices: int
+) -> None:
     print(f"   in process: one Curator over {rows:,} rows, a session per thread, the backend")
     print("   counting concurrently (a cursor per count) or serialised (one lock, as before)")
     print(f"   {'threads':>7} | {'concurrent req/s':>16} | {'p50 ms':>8} | "
           f"{'serialised req/s':>16} | {'p50 ms':>8}")  # fmt: skip
-    with Curator.open(
-        data=data, schema=schema, budget=PureDP(BIG), ledger=tmp / "inproc-tp.db"
-    ) as curator:
-        gate = CountGate(curator)
-        try:
-            for n in clients:
-                sessions = [curator.analyst(f"thread{i}") for i in range(n)]
-                workers = [lambda q, s=s: s.count(q, epsilon=COST) for s in sessions]
-                (r1, p1, e1), (r2, p2, e2) = alternate(
-                    [(gate.set(False), workers), (gate.set(True), workers)], duration, slices
-                )
-                errors = f"   ({e1 + e2} errors)" if e1 + e2 else ""
-                print(f"   {n:>7} | {r1:>16.1f} | {p1:>8.2f} | {r2:>16.1f} | {p2:>8.2f}{errors}")
-        finally:
-            gate.close()
+    gate = CountGate(curator)
+    try:
+        for n in clients:
+            sessions = [curator.analyst(f"thread{i}") for i in range(n)]
+            workers = [lambda q, s=s: s.count(q, epsilon=COST) for s in sessions]
+            (r1, p1, e1), (r2, p2, e2) = alternate(
+                [(gate.set(False), workers), (gate.set(True), workers)], duration, slices
+            )
+            errors = f"   ({e1 + e2} errors)" if e1 + e2 else ""
+            print(f"   {n:>7} | {r1:>16.1f} | {p1:>8.2f} | {r2:>16.1f} | {p2:>8.2f}{errors}")
+    finally:
+        gate.close()
     print()
 
 
@@ -575,12 +575,21 @@ def main() -> None:
         schema.write_text(json.dumps(SCHEMA))
         sizes = (100_000,) if quick else (100_000, 1_000_000)
         datasets = [(n, make_data(tmp, n)) for n in sizes]
-        big = datasets[-1]
-        part_latency(tmp, big[1], schema, big[0], n=40 if quick else 400, warm=5 if quick else 20)
-        part_throughput(
-            tmp, datasets, schema, duration=1.0 if quick else 6.0, clients=(1, 4, 16),
-            slices=2 if quick else 6,
-        )  # fmt: skip
+        big_rows, big_data = datasets[-1]
+        clients = (1, 4, 16)
+        duration, slices = (1.0, 2) if quick else (6.0, 6)
+        results = {}
+        with Curator.open(
+            data=big_data, schema=schema, budget=PureDP(BIG), ledger=tmp / "inproc.db"
+        ) as curator:
+            for rows, data in reversed(datasets):  # the largest first: part 1 uses it
+                with bench_servers(tmp, data, schema, rows, max(clients)) as targets:
+                    if rows == big_rows:
+                        n, warm = (40, 5) if quick else (400, 20)
+                        part_latency(curator, targets, rows, n, warm)
+                    results[rows] = http_throughput(targets, clients, duration, slices)
+            print_throughput(results, duration, slices)
+            inproc_throughput(curator, big_rows, clients, duration, slices)
         part_demo(tmp, runs=1 if quick else 3)
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"load average (1, 5, 15 min) at end: {load}")
