@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import socket
 import ssl
 import sys
 import tempfile
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -223,6 +225,30 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
     )
 
 
+class _Stopped(Exception):
+    """SIGTERM arrived (uvicorn re-raises it once it has shut down gracefully)."""
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
+def _serve_until_stopped(server: Any, sock: socket.socket) -> None:
+    """Serve until SIGINT or SIGTERM. uvicorn shuts down gracefully, then raises the
+    signal again; SIGTERM then ends this call (so that the ledger is closed and the
+    demo's temporary files removed) instead of killing the process on the spot."""
+    if threading.current_thread() is not threading.main_thread():
+        server.run(sockets=[sock])
+        return
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        server.run(sockets=[sock])
+    except _Stopped:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -304,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
             ssl_keyfile=key,
             timeout_graceful_shutdown=5,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        _serve_until_stopped(uvicorn.Server(config), sock)
     finally:
         curator.close()
         if tmp is not None:
