@@ -259,3 +259,33 @@ def test_released_errors_follow_the_claimed_pmf(guarantee) -> None:
     assert abs(cover - (1 - plan.noises[0].tail(plan.noises[0].interval(0.05)))) < 4 * np.sqrt(
         0.05 * 0.95 / len(err)
     )
+
+
+def test_objective_per_table_feeds_a_small_table(tmp_path, capsys) -> None:
+    w = tmp_path / "w.txt"
+    w.write_text("marginal(sex, income)\nmarginal(education, occupation)\n")
+    costs = {}
+    for objective in ("total", "per-table"):
+        out = tmp_path / f"{objective}.csv"
+        code, _, err = run(
+            capsys,
+            *BASE,
+            "--workload",
+            w,
+            "--epsilon",
+            1,
+            "--out",
+            out,
+            "--ledger",
+            tmp_path / f"{objective}.db",
+            "--objective",
+            objective,
+        )
+        assert code == 0, err
+        rows = list(csv.DictReader(out.open()))
+        costs[objective] = float(rows[0]["cost"])  # a cell of the small table
+    assert costs["per-table"] > costs["total"]
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, *BASE, "--workload", w, "--epsilon", 1, "--objective", "fair")
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--objective" in err and "Traceback" not in err

@@ -254,3 +254,28 @@ def test_consistent_too_many_cells() -> None:
     wl = parse_workload("marginal(x0, x1)\nmarginal(x2, x3)", big)
     with pytest.raises(InvalidParameter, match="cells"):
         cells_matrix(wl.queries)
+
+
+def test_objectives_per_table_and_max() -> None:
+    """per-table: each workload line weighs the same, so a small table no longer starves
+    next to a big one; max: the largest expected error is the equal split's, and no
+    other allocation has a smaller largest error."""
+    wl = parse_workload("marginal(sex, income)\nmarginal(education, occupation)", ADULT)
+    small = np.array([q.line == 1 for q in wl.queries])
+    plans = {
+        o: make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective=o)
+        for o in ("total", "per-table", "max")
+    }
+    cost = {o: np.array(p.values) for o, p in plans.items()}
+    assert cost["per-table"][small].min() > cost["total"][small].max()
+    for p in plans.values():
+        assert p.guarantee.within_budget
+    worst = {o: max(n.expected_abs() for n in p.noises) for o, p in plans.items()}
+    assert worst["max"] <= worst["total"] and worst["max"] <= worst["per-table"]
+    assert len(set(cost["max"].round(12))) == 1  # the equal split
+    # symmetric tables (every point in one cell of each): per-table is the equal split
+    sym = parse_workload("marginal(sex, race)\nmarginal(education, income)", ADULT)
+    p = make_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="per-table")
+    assert np.ptp(np.array(p.values)) < 1e-6 * max(p.values)
+    with pytest.raises(InvalidParameter, match="objective"):
+        make_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="fair")

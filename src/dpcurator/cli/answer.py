@@ -100,6 +100,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", required=True, metavar="W.txt", help="workload file")
     options.add_budget(p)
     p.add_argument("--allocation", choices=("optimal", "uniform", "sequential"), default="optimal")
+    p.add_argument(
+        "--objective",
+        choices=("total", "per-table", "max"),
+        default="total",
+        help="what the optimal allocation minimises: the total expected squared error "
+        "(default), the same for each workload line whatever its cell count (per-table), "
+        "or the largest expected error of any answer (max: the equal split)",
+    )
     p.add_argument("--out", metavar="FILE", help="answers file: .csv, .json or .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
@@ -286,10 +294,14 @@ def run(args: argparse.Namespace) -> int:
             budget=guarantee,
             ledger=ledger,
             **opts,
+            **options.backend_options(args),
         ) as cur:
             bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(
-                workload, allocation=args.allocation, time_limit=args.time_limit
+                workload,
+                allocation=args.allocation,
+                time_limit=args.time_limit,
+                objective=args.objective,
             )
             d = summary(plan, args.out, None)
             ledger_summary(d, cur, ledger)

@@ -766,6 +766,7 @@ class Curator:
         allocation: str = "optimal",
         table: str | None = None,
         time_limit: float = 30.0,
+        objective: str = "total",
         _analyst: str | None = None,
     ) -> tuple[Plan, list[Answer]]:
         """Plan a whole workload and release it, all or nothing.
@@ -775,8 +776,10 @@ class Curator:
         in the budget's currency, is this release's total (default: the whole budget);
         the plan spends at most what is left at the worst point of the domain (and of
         the analyst's quota), so the filter admits it everywhere. The planner chooses
-        per-query costs (``sequential``, ``uniform`` or ``optimal``) from public
-        information only; the release then goes through :meth:`release`.
+        per-query costs (``sequential``, ``uniform`` or ``optimal``, the last minimising
+        ``objective``: ``total``, ``per-table`` or ``max`` expected error; see
+        :func:`dpcurator.planner.make_plan`) from public information only; the release
+        then goes through :meth:`release`.
         """
         from dpcurator.planner import make_plan
 
@@ -823,6 +826,7 @@ class Curator:
             allocation,
             available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
             time_limit=time_limit,
+            objective=objective,
         )
         answers = self.release(
             list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst

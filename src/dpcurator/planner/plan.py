@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +20,9 @@ from dpcurator.planner.budget import PlanBudget
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import Query, max_overlap
+
+#: What the optimal allocation may minimise (see :func:`make_plan`).
+OBJECTIVES = ("total", "per-table", "max")
 
 
 @dataclass(frozen=True)
@@ -296,8 +299,17 @@ def make_plan(
     available: float | None = None,
     time_limit: float = 30.0,
     compare: bool = True,
+    objective: str = "total",
 ) -> Plan:
     """Plan a release of ``queries`` under ``guarantee``.
+
+    ``objective`` is what the ``optimal`` allocation minimises: ``total`` (the total
+    expected squared error over all answers, so a table with many cells weighs more),
+    ``per-table`` (each workload line weighs the same, whatever its number of cells: the
+    total error divided, line by line, by the line's cell count) or ``max`` (the largest
+    expected error of any answer: the equal split B/gamma is optimal for it — any split
+    gives some query of the worst point at most B/gamma, so no answer can be made
+    better without making that one worse).
 
     ``available`` (additive, same currency) caps the budget, for a ledger that has
     already spent some: a plan within what is left at the worst point of the domain is
@@ -307,6 +319,10 @@ def make_plan(
     if allocation not in ALLOCATIONS:
         raise InvalidParameter(
             f"unknown allocation {allocation!r}; choose one of {', '.join(ALLOCATIONS)}"
+        )
+    if objective not in OBJECTIVES:
+        raise InvalidParameter(
+            f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}"
         )
     qs = tuple(queries)
     if not qs:
@@ -334,9 +350,19 @@ def make_plan(
     allocs["sequential"] = allocate("sequential", qs, w, budget)
     allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
     if allocation == "optimal" or compare:
-        from dpcurator.planner.allocation import optimal
+        from dpcurator.planner.allocation import groups_of, optimal, uniform
 
-        allocs["optimal"] = optimal(qs, w, budget, time_limit=time_limit, start=allocs["uniform"])
+        wa = np.asarray(w, float)
+        if objective == "max":
+            fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit)
+            allocs["optimal"] = replace(fair, name="optimal")
+        else:
+            if objective == "per-table":  # each line (table) weighs the same
+                g = groups_of(qs)
+                wa = wa / np.bincount(g)[g]
+            allocs["optimal"] = optimal(
+                qs, wa, budget, time_limit=time_limit, start=allocs["uniform"]
+            )
         notes.extend(allocs["optimal"].notes)
     expected_abs: dict[str, float] = {}
     expected_sq: dict[str, float] = {}
