@@ -45,6 +45,19 @@ def add_loading(p: argparse.ArgumentParser) -> None:
         help="replace ATTR's values outside the schema (or missing) by VALUE, a declared "
         "value; repeat for several attributes",
     )
+    be = p.add_argument_group("counting engine")
+    be.add_argument(
+        "--backend",
+        choices=("duckdb", "spark"),
+        default="duckdb",
+        help="count with DuckDB in this process (default) or on Spark (the spark extra)",
+    )
+    be.add_argument(
+        "--spark-master",
+        metavar="URL",
+        help="Spark master for --backend spark, e.g. spark://host:7077 or local[4] "
+        "(default: a local session)",
+    )
 
 
 def budget_from(args: argparse.Namespace):
@@ -90,6 +103,17 @@ def _columns(text: str | None) -> list[str] | None:
     if not names or any(not n for n in names):
         raise InvalidParameter(f"--columns: give every column name, got {text!r}")
     return names
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``backend=`` and ``spark=`` for Curator.open from --backend and --spark-master."""
+    backend = getattr(args, "backend", "duckdb")
+    master = getattr(args, "spark_master", None)
+    if master is not None and backend != "spark":
+        raise InvalidParameter("--spark-master goes with --backend spark")
+    if backend == "duckdb":
+        return {}
+    return {"backend": backend, "spark": master}
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
