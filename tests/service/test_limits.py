@@ -52,7 +52,8 @@ def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
             before = s.charges()
             r = h.post("/v1/count", json={"query": "age < 30", "epsilon": 0.1})
             e = assert_error(r, 429, "rate_limited")
-            assert r.headers["retry-after"] == "1" and "too many requests" in e["message"]
+            wait = int(r.headers["retry-after"])
+            assert 1 <= wait <= 2 and f"retry in {wait} s" in e["message"]  # 0.5 a second
             assert s.charges() == before  # refused before the curator saw it
             assert_error(h.get("/v1/budget"), 429, "rate_limited")
         with s.client("ann") as c, pytest.raises(RateLimited):
@@ -62,14 +63,11 @@ def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
         with httpx.Client(base_url=s.url) as h:  # unauthenticated requests: 401 still
             assert_error(h.get("/v1/budget"), 401, "unauthorized")
             assert h.get("/v1/health").status_code == 200
-        deadline = time.monotonic() + 30  # the bucket refills (0.5 a second)
-        while time.monotonic() < deadline:
-            with s.http("ann") as h:
-                if h.get("/v1/budget").status_code == 200:
-                    break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the rate limit never let the token through again")
+        with s.http("ann") as h:  # after Retry-After seconds, the token is let through
+            r = h.get("/v1/budget")
+            assert r.status_code == 429
+            time.sleep(int(r.headers["retry-after"]))
+            assert h.get("/v1/budget").status_code == 200
 
 
 def test_a_small_body_limit_from_the_config(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ load errors stay in the server's log.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -41,9 +42,10 @@ STATUS = {
 class ServiceError(Exception):
     """An error of the HTTP layer itself (authentication, authorisation, rate)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.retry_after = retry_after
 
 
 def _error(status: int, reason: str, message: str, **headers: str) -> JSONResponse:
@@ -91,8 +93,10 @@ def caller(
     who = state.ledger.authenticate(token.strip()) if scheme.lower() == "bearer" else None
     if who is None:
         raise ServiceError("unauthorized", "unknown or revoked token")
-    if not state.rate.allow(who.name):
-        raise ServiceError("rate_limited", "too many requests; retry in a second")
+    wait = state.rate.wait(who.name)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        raise ServiceError("rate_limited", f"too many requests; retry in {seconds} s", seconds)
     return who
 
 
@@ -135,8 +139,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, err: ServiceError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if err.reason == "unauthorized" else {}
-        if err.reason == "rate_limited":
-            headers["Retry-After"] = "1"
+        if err.retry_after is not None:
+            headers["Retry-After"] = str(err.retry_after)
         return _error(STATUS[err.reason], err.reason, str(err), **headers)
 
     @app.exception_handler(LedgerError)

@@ -100,13 +100,18 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def allow(self, who: str) -> bool:
+    def wait(self, who: str) -> float:
+        """0 if ``who`` may send a request now (and it is counted), else the seconds
+        until they may."""
         now = time.monotonic()
         with self._lock:
             tokens, then = self._buckets.get(who, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - then) * self.rate)
             if tokens < 1.0:
                 self._buckets[who] = (tokens, now)
-                return False
+                return (1.0 - tokens) / self.rate
             self._buckets[who] = (tokens - 1.0, now)
-            return True
+            return 0.0
+
+    def allow(self, who: str) -> bool:
+        return self.wait(who) == 0.0
