@@ -304,6 +304,9 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def whole_ledger(who: Admin) -> list[m.HistoryOut]:
         return [m.HistoryOut(**vars(h)) for h in curator.history()]
 
+    from dpcurator.service.dashboard import install  # GET /dashboard and its routes
+
+    install(app, curator)
     return app
 
 
