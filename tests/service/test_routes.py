@@ -15,6 +15,7 @@ from dpcurator.errors import (
     DpCuratorError,
     InvalidParameter,
     QueryError,
+    ServiceUnavailable,
     TooLarge,
     WorkloadError,
 )
@@ -314,3 +315,27 @@ def test_unknown_routes_and_methods(server: Server) -> None:
         assert_error(h.get("/v1/nope"), 404, "not_found")
         assert_error(h.put("/v1/count", json={}), 405, "method_not_allowed")
         assert_error(h.get("/v1/count"), 405, "method_not_allowed")
+
+
+def test_a_tampered_ledger_is_503_without_details(tmp_path: Path) -> None:
+    """The ledger is edited behind the server's back: the next charge is refused with
+    503 ``ledger_unavailable`` (the details go to the server's log, not to the analyst),
+    and nothing more is charged."""
+    import sqlite3
+
+    with running(tmp_path) as s:
+        s.add("ann")
+        with s.client("ann") as c:
+            c.count("age < 30", epsilon=0.5)
+            db = sqlite3.connect(s.ledger, timeout=60)
+            db.execute("UPDATE charges SET cost = '1/100' WHERE id = 1")
+            db.commit()
+            db.close()
+            with s.http("ann") as h:
+                r = h.post("/v1/count", json={"query": "age < 40", "epsilon": 0.5})
+            e = assert_error(r, 503, "ledger_unavailable")
+            assert "server log" in e["message"] and str(s.ledger) not in e["message"]
+            with pytest.raises(ServiceUnavailable):
+                c.count("age < 40", epsilon=0.5)
+        assert s.charges() == 1
+    assert "altered" in s.log()
