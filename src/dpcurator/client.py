@@ -13,9 +13,11 @@ so a script moves from one to the other by changing the line that makes the sess
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -41,6 +43,25 @@ _ERRORS: dict[str, type[errors.DpCuratorError]] = {
     "forbidden": errors.AuthenticationError,
     "rate_limited": errors.RateLimited,
 }
+
+
+#: The most items taken from an iterable argument (more are refused by the curator).
+_MAX_ITEMS = 1_000_001
+
+
+def _plain(v: Any) -> Any:
+    """``v`` as JSON carries it: numpy scalars and arrays, tuples, ranges and generators
+    become Python numbers and lists, as the in-process session takes them."""
+    if v is None or isinstance(v, str | bool | int | float):
+        return v
+    tolist = getattr(v, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, Iterable) and not isinstance(v, bytes | bytearray):
+        return [_plain(x) for x in itertools.islice(v, _MAX_ITEMS)]
+    return v
 
 
 def _answer(d: dict[str, Any]) -> Answer:
@@ -116,6 +137,13 @@ class Client:
     # --- transport ---------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
+        if "json" in kw:  # NaN and infinities are sent too: the curator refuses them
+            try:
+                content = json.dumps(_plain(kw.pop("json")), allow_nan=True)
+            except (TypeError, ValueError) as err:
+                raise errors.InvalidParameter(f"cannot send the request as JSON: {err}") from None
+            kw["content"] = content.encode()
+            kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as err:
@@ -160,7 +188,7 @@ class Client:
     ) -> TableAnswer:
         body = self._body(
             attribute=attribute,
-            bins=None if bins is None else list(bins),
+            bins=bins,
             where=where,
             epsilon=epsilon,
             rho=rho,
@@ -180,7 +208,7 @@ class Client:
         table: str | None = None,
     ) -> TableAnswer:
         body = self._body(
-            attributes=list(attributes), where=where, epsilon=epsilon, rho=rho, mu=mu, table=table
+            attributes=attributes, where=where, epsilon=epsilon, rho=rho, mu=mu, table=table
         )
         return _table(self._call("POST", "/v1/marginal", json=body))
 
@@ -211,7 +239,7 @@ class Client:
     def release(
         self, queries: Sequence[str], costs: Sequence[float], *, table: str | None = None
     ) -> list[Answer]:
-        body = self._body(queries=list(queries), costs=list(costs), table=table)
+        body = self._body(queries=queries, costs=costs, table=table)
         return [_answer(a) for a in self._call("POST", "/v1/release", json=body)["answers"]]
 
     def release_workload(

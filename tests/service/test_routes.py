@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpcurator import Curator
@@ -32,6 +33,8 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "count": s.count("age < 30", epsilon=0.5),
         "total": s.count(epsilon=0.5),
         "histogram": s.histogram("age", [0, 30, 60, 100], epsilon=0.5),
+        "numpy bins": s.histogram("age", np.arange(0, 101, 50), epsilon=np.float64(0.5)),
+        "tuple": s.marginal(("sex", "score"), epsilon=0.5),
         "categories": s.histogram("region", epsilon=0.5),
         "marginal": s.marginal(["sex", "region"], where="age >= 18", epsilon=0.5),
         "sum": s.sum("age", 0, 99, "sex = 'F'", epsilon=0.5),
@@ -59,6 +62,18 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "long text": lambda: s.count("age < 30 AND " * 2000 + "age < 31", epsilon=0.5),
         "unknown table": lambda: s.count("age < 30", epsilon=0.5, table="nope"),
         "estimate kind": lambda: s.estimate("median", attribute="age", epsilon=0.5),
+        "query not text": lambda: s.count(5, epsilon=0.5),
+        "attribute not text": lambda: s.histogram(5, epsilon=0.5),
+        "attributes one text": lambda: s.marginal("sex", epsilon=0.5),
+        "attribute in a list not text": lambda: s.marginal([5], epsilon=0.5),
+        "bins not a list": lambda: s.histogram("age", 5, epsilon=0.5),
+        "queries one text": lambda: s.release("age < 3", [0.5]),
+        "bound not a number": lambda: s.sum("age", "0", 5, epsilon=0.5),
+        "table not text": lambda: s.count(epsilon=0.5, table=5),
+        "cost NaN": lambda: s.count(epsilon=float("nan")),
+        "cost infinite": lambda: s.count(epsilon=float("inf")),
+        "remaining of a long text": lambda: s.remaining("age < 30 AND " * 2000 + "age < 31"),
+        "remaining of bad text": lambda: s.remaining("age <"),
     }
     raised: dict[str, type] = {}
     for name, call in mistakes.items():
@@ -87,6 +102,9 @@ def test_the_client_mirrors_the_in_process_session(tmp_path: Path) -> None:
     assert local_errors["negative cost"] is InvalidParameter
     assert local_errors["long text"] is TooLarge
     assert local_errors["workload syntax"] is WorkloadError
+    assert local_errors["query not text"] is QueryError
+    assert local_errors["attributes one text"] is QueryError
+    assert local_errors["remaining of a long text"] is TooLarge
     for key in local:
         a, b = local[key], remote[key]
         assert type(a) is type(b), key
@@ -229,9 +247,9 @@ def test_a_bad_request_names_the_column(server: Server) -> None:
         e = assert_error(h.post("/v1/histogram", json={"attribute": "agee", "epsilon": 0.1}), 400)
         assert "'agee'" in e["message"]
         e = assert_error(h.post("/v1/count", json={"query": 5, "epsilon": 0.1}), 422)
-        assert e["error"] == "invalid_request" and e["message"].startswith("query")
+        assert e["error"] == "invalid_query" and e["message"].startswith("query: ")
         e = assert_error(h.post("/v1/count", json={"query": "age < 3", "epsilon": "0.1"}), 422)
-        assert e["message"].startswith("epsilon")
+        assert e["error"] == "invalid_request" and e["message"].startswith("epsilon")
         e = assert_error(h.post("/v1/count", json={"query": "age < 3", "eps": 0.1}), 422)
         assert e["message"].startswith("eps")
         e = assert_error(h.post("/v1/marginal", json={"attributes": "sex", "epsilon": 0.1}), 422)

@@ -15,7 +15,7 @@ import logging
 import math
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -38,6 +38,11 @@ STATUS = {
     "not_found": 404,
     "unsupported_media_type": 415,
 }
+
+#: Request fields holding a query, a condition or attribute names: a value of the wrong
+#: type there is an ``invalid_query``, as the in-process session reports it.
+_QUERY_FIELDS = frozenset({"query", "where", "attribute", "attributes"})
+
 
 class ServiceError(Exception):
     """An error of the HTTP layer itself (authentication, authorisation, rate)."""
@@ -161,9 +166,14 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
                 "unsupported_media_type",
                 "send the body as JSON, with Content-Type: application/json",
             )
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        loc = tuple(first.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header"):
+            loc = loc[1:]  # where the field was sent: its name says enough
+        # a query, condition or attribute that is not text: what the curator calls it
+        reason = "invalid_query" if loc and loc[0] in _QUERY_FIELDS else "invalid_request"
+        where = ".".join(str(x) for x in loc)
         what = first.get("msg", "invalid request")
-        return _error(422, "invalid_request", f"{where}: {what}" if where else what)
+        return _error(422, reason, f"{where}: {what}" if where else what)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -260,7 +270,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     @app.get("/v1/budget", response_model=m.BudgetOut, tags=["budget"])
     def budget(
         who: Caller,
-        query: Annotated[str | None, Query(max_length=20_000)] = None,
+        query: str | None = None,
         table: str | None = None,
     ) -> m.BudgetOut:
         r = session(who).remaining_detail(query, table=table)
