@@ -185,3 +185,44 @@ def test_matches_remaining_detail() -> None:
                 assert want.exact
                 left = budget.amount - Fraction(int(got[i, j]), scale)
                 assert budget.display(left) == want.value
+
+
+@pytest.mark.parametrize("budget", ["zcdp", "gdp"])
+def test_remaining_grid_in_other_currencies(budget: str) -> None:
+    """The landscape's figures are remaining_detail's, also where costs are rho or mu
+    (mu adds up as mu squared) and for an analyst's quota."""
+    from dpcurator.curator.landscape import grid_axis, remaining_grid
+    from dpcurator.privacy import GDP, ZCDP
+
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame(
+        {
+            "a": rng.integers(0, 7, 40),
+            "b": rng.choice(["p", "q", "r", "s"], 40),
+            "c": rng.integers(10, 15, 40),
+            "d": rng.choice(["x", "y", "z"], 40),
+        }
+    )
+    total, key = (ZCDP(2.0), "rho") if budget == "zcdp" else (GDP(2.0), "mu")
+    with Curator.open(
+        frame, SCHEMA, budget=total, rng=SeededRandomSource(4), allow_insecure=True
+    ) as cur:
+        ann = cur.analyst("ann", quota=1.0)
+        for k in range(12):
+            q = random_query(rng)
+            cost = float(rng.choice([0.1, 0.2, 0.3]))
+            try:
+                (ann if k % 2 else cur).count(q, **{key: cost})
+            except Exception as err:
+                assert type(err).__name__ == "BudgetExceeded"
+        schema = cur.schema()
+        rows, cols = grid_axis(schema, "b"), grid_axis(schema, "d")
+        grid = remaining_grid(cur, "data", rows, cols, analyst="ann")
+        assert all(all(r) for r in grid.exact)
+        for i in range(rows.axis.bins):
+            for j in range(cols.axis.bins):
+                want = ann.remaining_detail(cell_query(rows.axis, i, cols.axis, j))
+                assert grid.remaining[i][j] == want.value
+                assert grid.remaining_budget[i][j] == want.budget
+                assert grid.quota_remaining is not None
+                assert grid.quota_remaining[i][j] == want.quota

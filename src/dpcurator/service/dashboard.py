@@ -236,7 +236,12 @@ class Dashboard:
             here = (left.value, left.budget, left.quota, left.exact)
         else:
             budget_left = budget.amount - everyone
-            mine = spent.get(who.name) if quota is not None else None
+            nothing = not any(r.analyst == who.name for r in rows)  # then she lost nothing
+            mine = (
+                spent.get(who.name, (Fraction(0), True) if nothing else None)
+                if quota is not None
+                else None
+            )
             if mine is None and quota is not None:
                 left = AnalystSession(c, who.name).remaining_detail()
                 here = (left.value, left.budget, left.quota, left.exact)
