@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from dpcurator import Curator
 from dpcurator.errors import BudgetExceeded
+from dpcurator.privacy import PureDP
 
-from .conftest import WORKER, Server, add_analyst, charges_in, running, start_server, write_people
+from .conftest import WORKER, Server, add_analyst, running, start_server, write_people
 
 NORTH = "region = 'north'"
 
@@ -69,18 +71,33 @@ def test_eight_clients_over_http_get_exactly_the_budget(tmp_path: Path) -> None:
             assert r.status_code == 409 and r.json()["error"] == "budget_exceeded"
 
 
-def test_eight_processes_in_process_get_exactly_the_budget(tmp_path: Path) -> None:
-    """The same contest with in-process sessions on one ledger file: the same 20."""
+def test_the_same_contest_in_process_gets_the_same_20(tmp_path: Path) -> None:
+    """The same contest against one in-process curator (8 analysts' sessions in 8
+    threads, as the server runs its requests): the same 20 answers, 140 refusals."""
     data, schema = write_people(tmp_path)
-    ledger = tmp_path / "ledger.db"
-    procs = [
-        spawn("local", data, schema, ledger, 1, f"analyst{i}", 20, NORTH, 0.05) for i in range(8)
-    ]
-    outs = run_together(procs)
-    answered = [line for out in outs for line in out if "charge_id" in line]
-    refused = [line for out in outs for line in out if line.get("error") == "BudgetExceeded"]
-    assert len(answered) == 20 and len(refused) == 140
-    assert charges_in(ledger) == 20
+    outcomes: list[str] = []
+    with Curator.open(
+        data=data, schema=schema, budget=PureDP(1.0), ledger=tmp_path / "ledger.db"
+    ) as curator:
+        start = threading.Barrier(8)
+
+        def analyst(i: int) -> None:
+            session = curator.analyst(f"analyst{i}")
+            start.wait()
+            for _ in range(20):
+                try:
+                    session.count(NORTH, epsilon=0.05)
+                    outcomes.append("answered")
+                except BudgetExceeded:
+                    outcomes.append("refused")
+
+        threads = [threading.Thread(target=analyst, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=240)
+        assert outcomes.count("answered") == 20 and outcomes.count("refused") == 140
+        assert len(curator.history()) == 20
 
 
 def test_kill_9_then_restart_every_received_answer_is_charged_once(tmp_path: Path) -> None:
