@@ -329,3 +329,14 @@ def test_fuzz_every_route(fuzzed, method: str, path: str) -> None:
     run()
     with s.client("root") as c:  # the administrator's token still works
         c.remaining()
+
+
+def test_the_document_describes_every_error_status(fuzzed) -> None:
+    """Every status the service answers with is in the document, as {"error", "message"}."""
+    _, doc = fuzzed
+    for method, path in CORE - {("GET", "/v1/health")}:
+        responses = doc["paths"][path][method.lower()]["responses"]
+        for status in ("400", "401", "403", "404", "409", "413", "415", "422", "429", "503"):
+            ref = responses[status]["content"]["application/json"]["schema"]["$ref"]
+            assert ref.endswith("/ErrorOut"), (method, path, status)
+    assert set(doc["components"]["schemas"]["ErrorOut"]["properties"]) == {"error", "message"}

@@ -129,10 +129,14 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         responses={
             400: {"model": m.ErrorOut},
             401: {"model": m.ErrorOut},
+            403: {"model": m.ErrorOut},
+            404: {"model": m.ErrorOut},
             409: {"model": m.ErrorOut},
             413: {"model": m.ErrorOut},
+            415: {"model": m.ErrorOut},
             422: {"model": m.ErrorOut},
             429: {"model": m.ErrorOut},
+            503: {"model": m.ErrorOut},
         },
     )
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
