@@ -151,3 +151,22 @@ def test_bad_input_is_one_line(ledger, tmp_path, capsys, argv, words) -> None:
     assert err.count("\n") == 1 and "Traceback" not in err, err
     for w in words:
         assert w in err, err
+
+
+def test_two_tables_compose_sequentially(tmp_path, capsys) -> None:
+    """A person may be in both tables: each table counts at its worst point."""
+    path = tmp_path / "two.db"
+    tables = {"a": (SAMPLE, SCHEMA), "b": (SAMPLE, SCHEMA)}
+    with Curator.open(
+        tables=tables, budget=PureDP(1.0), ledger=path, separator=",", header=True
+    ) as cur:
+        cur.count("age < 30", epsilon=0.25, table="a")
+        cur.count("age >= 30", epsilon=0.125, table="b")
+    code, out, _ = run(capsys, "show", path, "--json", "--query", "age < 30", "--table", "a")
+    assert code == 0
+    d = json.loads(out)
+    assert d["spent_exact"] == "3/8" and d["tables"]["a"]["spent_exact"] == "1/4"
+    assert d["query"]["spent_exact"] == "3/8"  # 1/4 here, and b's worst point 1/8
+    code, _, err = run(capsys, "show", path, "--query", "age < 30")
+    assert code == 2
+    assert err.count("\n") == 1 and "--table" in err and "table=" not in err, err

@@ -39,6 +39,7 @@ _CLI_TERMS = (
     (re.compile(r"\bcolumns= names"), "--columns names"),
     (re.compile(r"\bseparator must"), "--separator must"),
     (re.compile(r"\bskip must"), "--skip must"),
+    (re.compile(r"name one with table="), "name one with --table"),
 )
 
 
