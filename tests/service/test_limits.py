@@ -139,3 +139,42 @@ def test_a_short_request_is_refused_or_answered_quickly(tmp_path: Path) -> None:
                     pytest.fail(f"{path} {str(body)[:40]} took more than 10 seconds")
     finally:
         s.kill9()  # not a graceful stop: it would wait for the request in progress
+
+
+def test_work_limits_from_the_config(tmp_path: Path) -> None:
+    """[server] max_cells and max_queries bound what one request may ask, as 413s that
+    charge nothing; requests within them are answered."""
+    config = "[server]\nmax_cells = 50\nmax_queries = 10\n"
+    with running(tmp_path, config=config) as s:
+        s.add("ann")
+        with s.http("ann") as h:
+            ok = h.post("/v1/marginal", json={"attributes": ["sex", "region"], "epsilon": 0.1})
+            assert ok.status_code == 200 and len(ok.json()["cells"]) == 8
+            for path, body in (
+                ("/v1/histogram", {"attribute": "age", "epsilon": 0.1}),
+                ("/v1/marginal", {"attributes": ["score", "region", "sex"], "epsilon": 0.1}),
+                ("/v1/estimate", {"kind": "histogram", "attribute": "age", "epsilon": 0.1}),
+                ("/v1/release", {"queries": ["age < 3"] * 11, "costs": [0.01] * 11}),
+            ):
+                e = assert_error(h.post(path, json=body), 413, "too_large")
+                assert "50" in e["message"] or "10" in e["message"], e
+            r = h.post("/v1/release", json={"queries": ["age < 3"] * 10, "costs": [0.01] * 10})
+            assert r.status_code == 200
+        with s.client("ann") as c, pytest.raises(TooLarge):
+            c.histogram("age", epsilon=0.1)
+        assert s.charges() == 11
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the workload parser reports a workload over the query limit as a WorkloadError "
+    "(400 invalid_workload), not TooLarge (413) like every other size limit",
+)
+def test_a_workload_over_the_query_limit_is_413(tmp_path: Path) -> None:
+    with running(tmp_path, config="[server]\nmax_queries = 10\n") as s:
+        s.add("ann")
+        with s.http("ann") as h:
+            body = {"workload": "histogram(score)\nhistogram(sex)", "epsilon": 0.1}
+            r = h.post("/v1/release", json=body)
+        assert s.charges() == 0
+        assert_error(r, 413, "too_large")
