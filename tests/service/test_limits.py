@@ -178,3 +178,52 @@ def test_a_workload_over_the_query_limit_is_413(tmp_path: Path) -> None:
             r = h.post("/v1/release", json=body)
         assert s.charges() == 0
         assert_error(r, 413, "too_large")
+
+
+def test_the_solver_time_limit_from_the_config(tmp_path: Path) -> None:
+    """[server] solver_time_limit bounds the exact maximum-overlap checks of a request:
+    at 0 seconds the server answers at once with safe figures (remaining at most what
+    truly remains, marked not exact) instead of computing them exactly."""
+    import json
+    import random
+
+    from dpcurator import Curator
+    from dpcurator.privacy import PureDP
+
+    names, values = [f"c{i}" for i in range(12)], [f"v{j}" for j in range(20)]
+    rng = np.random.default_rng(0)
+    rows = [",".join(rng.choice(values, len(names))) for _ in range(200)]
+    data = tmp_path / "h.csv"
+    data.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
+    schema = tmp_path / "h.json"
+    attributes = [{"name": a, "type": "categorical", "values": values} for a in names]
+    schema.write_text(json.dumps({"attributes": attributes}))
+    pick = random.Random(2)
+
+    def hard() -> str:  # overlapping boxes over many columns: a hard overlap problem
+        parts = []
+        for a in pick.sample(names, pick.randint(1, 3)):
+            vals = [v for v in values if pick.random() < 0.5] or [values[0]]
+            parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
+        return " AND ".join(parts)
+
+    ledger = tmp_path / "ledger.db"
+    opened = {"data": data, "schema": schema, "budget": PureDP(1000.0), "ledger": ledger}
+    with Curator.open(**opened, solver_time_limit=0.01) as c:
+        for _ in range(40):
+            c.count(hard(), epsilon=3.0)
+    with Curator.open(**opened, solver_time_limit=60) as c:
+        truth = c.remaining_detail()
+    assert truth.exact
+    config = "[server]\nsolver_time_limit = 0\n"
+    budget = ("--epsilon", "1000")
+    with running(
+        tmp_path / "s", data=(data, schema), ledger=ledger, budget=budget, config=config
+    ) as s:
+        s.add("ann")
+        with s.client("ann") as c:
+            safe = c.remaining_detail()
+            assert safe.exact is False and safe.value <= truth.value
+            e = c.estimate("count", query=hard(), epsilon=3.0)
+            assert e.cost == 3.0
+        assert s.charges() == 40
