@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from dpcurator.curator import AnalystSession, Curator
 from dpcurator.curator.credentials import Principal
@@ -564,7 +565,11 @@ def install(app: FastAPI, curator: Curator) -> Dashboard:
             response = await response
         if response.status_code == 409:
             scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-            who = curator.ledger.authenticate(token.strip()) if scheme.lower() == "bearer" else None
+            who = (
+                await run_in_threadpool(curator.ledger.authenticate, token.strip())
+                if scheme.lower() == "bearer"
+                else None
+            )  # (reads the ledger: not on the event loop)
             route = request.url.path.rsplit("/", 1)[-1]
             dash.refusals.record(who.name if who else None, route, str(err))
         return response
