@@ -141,7 +141,7 @@ def release_intervals(
 
 def _num(v: float) -> float | int:
     f = float(v)
-    return int(f) if f.is_integer() else round(f, 6)
+    return int(f) if f.is_integer() else f
 
 
 def rows_of(plan: Any, answers: Sequence[Any], rel: Released, confidence: float) -> list[dict]:
