@@ -1,6 +1,6 @@
 """Maximum (weighted) overlap of predicate queries, exactly, without enumerating the domain.
 
-Definitions from seed 002 (Smith et al., "Making the Most of Parallel Composition in
+Definitions from Smith et al. ("Making the Most of Parallel Composition in
 Differential Privacy", PoPETs 2022): the maximum overlap gamma(Q) is the largest number
 of queries whose coverages share a point of the domain, and with additive weights
 gamma_w(Q) = max_x sum_{q : x in C_q} w_q. The paper bounds gamma from above by a
@@ -8,7 +8,7 @@ greedy colouring of the pairwise-overlap graph (gamma <= clique <= chromatic num
 :func:`colouring_bound` implements it for comparison, :func:`max_overlap` computes the
 exact value.
 
-How (DESIGN §6): on each attribute the queries' coverages cut the values into *atoms*
+How (see docs/design.md, maximum overlap): on each attribute the queries' coverages cut the values into *atoms*
 (values with the same membership signature) and a point only matters through one atom
 per attribute; attributes no query constrains do not matter. Attributes linked by no
 query are independent, so the problem splits into connected components whose optima
@@ -89,7 +89,7 @@ class OverlapResult:
 
 @dataclass(frozen=True)
 class ColouringResult:
-    """The colouring bound of seed 002: a greedy colouring of the pairwise-overlap graph.
+    """The colouring bound of Smith et al. (PoPETs 2022): a greedy colouring of the pairwise-overlap graph.
 
     Each colour class is a set of pairwise-disjoint queries, so a point is covered by at
     most one query of each class: gamma_w <= sum over classes of the largest weight
@@ -1006,7 +1006,7 @@ def max_overlap(
     weights: Sequence[float] | None = None,
     time_limit: float | None = None,
 ) -> OverlapResult:
-    """gamma(Q), or gamma_w(Q) with additive weights (seed 002, Smith et al. 2022).
+    """gamma(Q), or gamma_w(Q) with additive weights (Smith et al., PoPETs 2022).
 
     Exact unless ``time_limit`` (seconds) stops the search; then ``value`` is a safe
     upper bound and ``exact`` is False. ``weights`` default to those of a
@@ -1238,7 +1238,7 @@ def max_overlap(
 
 
 def overlap_graph(queries: Sequence[Query]) -> np.ndarray:
-    """Boolean adjacency matrix: True where two queries share a point (seed 002's
+    """Boolean adjacency matrix: True where two queries share a point (Smith et al.'s
     pairwise-overlap graph; quadratic in the number of queries)."""
     t = len(queries)
     if not t:
@@ -1280,7 +1280,7 @@ def overlap_graph(queries: Sequence[Query]) -> np.ndarray:
 def colouring_bound(
     queries: Sequence[Query] | Iterable[Query], weights: Sequence[float] | None = None
 ) -> ColouringResult:
-    """The paper's upper bound (seed 002): greedy (largest-degree-first) colouring of
+    """The paper's upper bound (Smith et al., PoPETs 2022): greedy (largest-degree-first) colouring of
     the pairwise-overlap graph. gamma <= clique number <= colours; with weights,
     gamma_w <= sum over colour classes of their largest weight. Costs O(t^2)."""
     qs, w, integral = _prepare(queries, weights)

@@ -1,9 +1,10 @@
-"""Predicates, predicate queries and their coverage (seed 002, Smith et al., PoPETs 2022).
+"""Predicates, predicate queries and their coverage (Smith et al., PoPETs 2022).
 
-Following seed 002, a *predicate* on an attribute is a set of its values (its
-*coverage*), a *predicate query* is a conjunction of predicates on distinct attributes
-and its coverage is the product of the per-attribute coverages; attributes a query
-does not mention carry a tautology. A coverage is stored as sorted, disjoint, non-adjacent
+Following Smith et al., a *predicate* on an attribute is a set of its values (its
+*coverage*). A :class:`Query` here is a conjunction of predicates on distinct attributes
+(a *box*): its coverage is the product of the per-attribute coverages, and attributes it
+does not mention carry a tautology. Any other boolean combination is a union of disjoint
+boxes (:mod:`dpcurator.queries.boolean`). A coverage is stored as sorted, disjoint, non-adjacent
 half-open intervals of value positions, so a predicate like ``age != 40`` on a huge
 integer range costs two intervals, not a billion values.
 """
@@ -353,7 +354,7 @@ def _boxes_disjoint(q1: Query, q2: Query) -> bool:
 
 def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
     """A point covered by every query, or None. A set of queries has a common point iff
-    on every attribute the coverages of all of them intersect (seed 002)."""
+    on every attribute the coverages of all of them intersect (Smith et al., PoPETs 2022)."""
     if not queries:
         raise ValueError("common_point needs at least one query")
     if any(not isinstance(q, Query) for q in queries):

@@ -1,6 +1,6 @@
-"""Public schemas: attributes with finite, public domains (DESIGN §6).
+"""Public schemas: attributes with finite, public domains (see docs/design.md).
 
-The domain of a schema is the product of its attributes' domains (seed 002, Smith et
+The domain of a schema is the product of its attributes' domains (Smith et
 al., PoPETs 2022: "a domain is the Cartesian product of attributes"). It may have
 10^20000 points, so nothing here ever enumerates it: every value is addressed by its
 *position* ``0 .. size-1`` inside its attribute, and sets of values are sorted lists of
