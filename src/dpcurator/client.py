@@ -146,8 +146,13 @@ class Client:
             kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
         try:
             r = self._http.request(method, path, **kw)
-        except httpx.HTTPError as err:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as err:
             raise errors.ServiceUnavailable(f"cannot reach the curator: {err}") from None
+        except httpx.HTTPError as err:  # sent, but no answer came back
+            raise errors.ServiceUnavailable(
+                f"the curator did not answer ({type(err).__name__}: {err}); the request may "
+                "have been charged all the same: see history() before asking again"
+            ) from None
         if r.status_code < 400:
             return r.json()
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpcurator import Curator
-from dpcurator.errors import BudgetExceeded
+from dpcurator.errors import BudgetExceeded, ServiceUnavailable
 from dpcurator.privacy import PureDP
 
 from .conftest import WORKER, Server, add_analyst, running, start_server, write_people
@@ -131,7 +131,9 @@ def test_kill_9_then_restart_every_received_answer_is_charged_once(tmp_path: Pat
         s.stop()
     received = {n: [a for a in out if "charge_id" in a] for n, out in zip(names, outs, strict=True)}
     for n, out in zip(names, outs, strict=True):
-        assert out and out[-1] == {"error": "ServiceUnavailable"}, (n, out[-3:])
+        assert out and out[-1]["error"] == "ServiceUnavailable", (n, out[-3:])
+        said = out[-1]["message"]
+        assert said.startswith("cannot reach the curator") or "may have been charged" in said
         assert len(received[n]) == len(out) - 1  # nothing refused, then the crash
     assert sum(map(len, received.values())) >= 80 - 8
 
@@ -188,3 +190,23 @@ def test_adding_analysts_while_serving(server: Server) -> None:
     server.tokens["carol"] = token
     with server.client("carol") as c:
         assert c.count(epsilon=0.001).charge_id > 0
+
+
+def test_a_request_without_an_answer_may_be_charged_and_the_client_says_so(
+    server: Server,
+) -> None:
+    """A client that gives up waiting (its timeout) is told that the request may have been
+    charged; it was, and her history shows it."""
+    with server.client("bob") as c:
+        before = {h.charge_id for h in c.history()}
+    with server.client("bob", timeout=0.01) as c, pytest.raises(ServiceUnavailable) as err:
+        c.marginal(["age", "region", "sex", "score"], epsilon=0.01)
+    assert "may have been charged" in str(err.value) and "history()" in str(err.value)
+    deadline = time.monotonic() + 120
+    with server.client("bob") as c:
+        while time.monotonic() < deadline:
+            new = [h for h in c.history() if h.charge_id not in before]
+            if new:
+                break
+            time.sleep(0.2)
+    assert [h.request for h in new] == ["marginal(age, region, sex, score)"]

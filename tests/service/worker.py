@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"error": "BudgetExceeded"}), flush=True)
             continue
         except DpCuratorError as err:
-            print(json.dumps({"error": type(err).__name__}), flush=True)
+            print(json.dumps({"error": type(err).__name__, "message": str(err)}), flush=True)
             break
         print(
             json.dumps({"charge_id": a.charge_id, "query": a.query, "value": a.value}), flush=True
