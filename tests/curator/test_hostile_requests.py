@@ -431,8 +431,6 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
 
 def test_request_limits_are_per_curator_and_checked_before_building(people):
     from dpcurator.curator.requests import RequestLimits
-    from dpcurator.errors import WorkloadError
-
     data, schema, _ = people
     with Curator.open(
         data=data, schema=schema, budget=ONE, limits=RequestLimits(max_cells=50, max_queries=120)
@@ -443,9 +441,9 @@ def test_request_limits_are_per_curator_and_checked_before_building(people):
             c.marginal(["age", "sex"], epsilon=0.1)
         with pytest.raises(TooLarge):
             c.release(["age < 3"] * 121, [0.001] * 121)
-        with pytest.raises(WorkloadError, match="may hold 120 more"):
+        with pytest.raises(TooLarge, match="may hold 120 more"):
             c.release_workload("marginal(age, sex, region)", epsilon=0.1)  # 800 cells
-        with pytest.raises(WorkloadError, match="may hold 20 more"):
+        with pytest.raises(TooLarge, match="may hold 20 more"):
             c.release_workload("histogram(age)\nmarginal(sex, region, age)", epsilon=0.1)
         assert c.remaining() == 1.0
         c.histogram("region", epsilon=0.1)

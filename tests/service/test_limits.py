@@ -165,11 +165,6 @@ def test_work_limits_from_the_config(tmp_path: Path) -> None:
         assert s.charges() == 11
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the workload parser reports a workload over the query limit as a WorkloadError "
-    "(400 invalid_workload), not TooLarge (413) like every other size limit",
-)
 def test_a_workload_over_the_query_limit_is_413(tmp_path: Path) -> None:
     with running(tmp_path, config="[server]\nmax_queries = 10\n") as s:
         s.add("ann")

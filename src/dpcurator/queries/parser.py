@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpcurator.errors import QueryError, WorkloadError
+from dpcurator.errors import QueryError, TooLarge, WorkloadError
 from dpcurator.queries import boxes as bx
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.boolean import make as make_query
@@ -490,7 +490,7 @@ def _expand(
         attr = schema.attribute(name)
         if bins_text is None:
             if attr.size > room:
-                raise QueryError(
+                raise TooLarge(
                     f"histogram({name}) would have {attr.size} bins; the workload may hold "
                     f"{room} more queries"
                 )
@@ -509,7 +509,7 @@ def _expand(
         if len(edges) < 2:
             raise QueryError("bins need at least two edges")
         if len(edges) - 1 > room:
-            raise QueryError(
+            raise TooLarge(
                 f"histogram({name}) would have {len(edges) - 1} bins; the workload may hold "
                 f"{room} more queries"
             )
@@ -536,7 +536,7 @@ def _expand(
     attrs = [schema.attribute(n) for n in names]
     cells = math.prod(a.size for a in attrs)
     if cells > room:
-        raise QueryError(
+        raise TooLarge(
             f"marginal({', '.join(names)}) would have {cells} cells; the workload may hold "
             f"{room} more queries"
         )
@@ -646,7 +646,7 @@ def parse_workload_text(
 
     def add(qs: Sequence[Query], w: float, line: int) -> None:
         if len(queries) + len(qs) > max_queries:
-            raise WorkloadError(f"{name}:{line}: workload exceeds {max_queries} queries")
+            raise TooLarge(f"{name}:{line}: workload exceeds {max_queries} queries")
         queries.extend(qs)
         weights.extend([w] * len(qs))
 
@@ -667,6 +667,10 @@ def parse_workload_text(
                 else:
                     raise QueryError('an entry is a string or {"query": "...", "weight": w}')
                 add(_expand(body.strip(), schema, line, 0, max_queries - len(queries)), w, line)
+            except TooLarge as err:
+                raise TooLarge(
+                    f"{name}:{line}: {err}" if not str(err).startswith(name) else str(err)
+                ) from None
             except QueryError as err:
                 msg = re.sub(r"^column \d+: ", "", str(err))
                 raise WorkloadError(f"{name}:{line}: {msg}") from None
@@ -688,6 +692,10 @@ def parse_workload_text(
             offset = len(body) - len(body.lstrip())
             room = max_queries - len(queries)
             add(_expand(body.strip(), schema, line, offset, room), w, line)
+        except TooLarge as err:
+            raise TooLarge(
+                f"{name}:{line}: {err}" if not str(err).startswith(name) else str(err)
+            ) from None
         except QueryError as err:
             raise WorkloadError(f"{name}:{line}: {err}") from None
     return Workload(tuple(queries), tuple(weights), name)
