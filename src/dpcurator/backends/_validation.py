@@ -1,0 +1,465 @@
+"""What every backend shares: load options, validation messages, the load report, query
+checks and the exact clipped-sum arithmetic.
+
+Two backends that load the same data must refuse it with the same one-line message,
+keep the same rows and count the same thing for the same query object. Everything here
+is engine-free (no SQL, no DataFrame): a backend computes the data-dependent numbers
+(invalid rows per attribute, first offending row, the raw value) its own way and hands
+them to these functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpcurator.errors import InvalidParameter, QueryError, SchemaError
+from dpcurator.queries.predicates import IntervalSet, Predicate, Query
+from dpcurator.queries.schema import Attribute, Schema
+
+#: Whitespace stripped from both ends of text fields (and CSV header names).
+WHITESPACE = " \t\r\n\f\v"
+#: Integer text: at most 38 significant digits (< 10^38 < 2^127: it fits 128 bits).
+INT_PATTERN = "[+-]?0*[0-9]{1,38}"
+#: Inclusive range of a 64-bit signed integer.
+INT64 = (-(2**63), 2**63 - 1)
+
+#: A checked query: (attribute index, coverage) pairs in schema order.
+Coverages = tuple[tuple[int, IntervalSet], ...]
+
+
+def is_integer(x: object) -> bool:
+    """An exact integer (Python or numpy), not a bool."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What happened on load (for the data custodian only: it depends on the data)."""
+
+    rows_read: int
+    rows: int
+    dropped_invalid: int = 0
+    dropped_privacy_unit: int = 0
+    replaced: Mapping[str, int] = field(default_factory=dict)
+
+
+def first_line(message: str) -> str:
+    """The first non-blank line of an engine's error message."""
+    return next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "error")
+
+
+def as_schema(schema: Schema | str | Path | Mapping[str, Any]) -> Schema:
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, str | Path):
+        return Schema.load(schema)
+    if isinstance(schema, Mapping):
+        return Schema.from_dict(schema)
+    raise SchemaError("schema must be a Schema, a path to a JSON schema or a dictionary")
+
+
+def domain_text(attr: Attribute) -> str:
+    if attr.type == "integer":
+        return f"[{attr.min}, {attr.max}]"
+    return f"of {attr.size} declared values"
+
+
+def show(value: object) -> str:
+    """A raw value as the messages show it: quoted, at most 40 characters."""
+    text = str(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return repr(text)
+
+
+def replacement_position(attr: Attribute, value: object) -> int:
+    """Position of a declared replacement value (checked to be in the domain)."""
+    if attr.type == "integer" and isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = int(value.strip())
+    try:
+        return attr.position(value)  # type: ignore[arg-type]
+    except KeyError:
+        raise InvalidParameter(
+            f"replace: {value!r} is not in the domain of {attr.name!r} {domain_text(attr)}"
+        ) from None
+
+
+def matches(names: Sequence[str], name: str) -> list[int]:
+    """Positions of the columns called ``name``: exact matches, else matches after
+    stripping surrounding whitespace from the column names (CSV headers such as
+    ``age, sex``)."""
+    found = [j for j, n in enumerate(names) if n == name]
+    if not found:
+        found = [j for j, n in enumerate(names) if n.strip(WHITESPACE) == name]
+    return found
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Load options every backend takes, checked (see :func:`check_load_options`)."""
+
+    schema: Schema
+    separator: str
+    header: bool | None
+    columns: tuple[str, ...] | None
+    skip: int
+    missing: tuple[str, ...]
+    on_invalid: str
+    #: Attribute name -> position of its declared replacement value.
+    replace: Mapping[str, int]
+    privacy_unit: tuple[str, int] | None
+    name: str
+    show_values: bool
+
+
+def check_load_options(
+    schema: Schema | str | Path | Mapping[str, Any],
+    *,
+    separator: str = ",",
+    header: bool | None = None,
+    columns: Sequence[str] | None = None,
+    skip: int = 0,
+    missing: Sequence[str] = ("", "?", "NA"),
+    on_invalid: str = "error",
+    replace: Mapping[str, object] | None = None,
+    privacy_unit: tuple[str, int] | None = None,
+    name: str = "data",
+    show_values: bool = True,
+) -> LoadOptions:
+    """Check the options of a load, in a fixed order, before any data is read."""
+    schema = as_schema(schema)
+    if on_invalid not in ("error", "drop"):
+        raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
+    if not isinstance(separator, str) or not separator:
+        raise InvalidParameter("separator must be a non-empty string")
+    if header is not None and not isinstance(header, bool):
+        raise InvalidParameter("header must be True, False or None (detect)")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise InvalidParameter("skip must be a non-negative integer")
+    if isinstance(missing, str) or not all(isinstance(m, str) for m in missing):
+        raise InvalidParameter("missing must be a list of strings")
+    if not isinstance(name, str) or not name:
+        raise InvalidParameter("name must be a non-empty string")
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidParameter("columns must be a list of column names")
+        if len(set(columns)) != len(columns):
+            raise InvalidParameter("columns must be distinct")
+    replace_pos: dict[str, int] = {}
+    for attr_name, value in (replace or {}).items():
+        if attr_name not in schema:
+            raise InvalidParameter(f"replace: unknown attribute {attr_name!r}")
+        replace_pos[attr_name] = replacement_position(schema.attribute(attr_name), value)
+    unit: tuple[str, int] | None = None
+    if privacy_unit is not None:
+        if (
+            not isinstance(privacy_unit, tuple | list)
+            or len(privacy_unit) != 2
+            or not isinstance(privacy_unit[0], str)
+            or isinstance(privacy_unit[1], bool)
+            or not isinstance(privacy_unit[1], int)
+            or privacy_unit[1] < 1
+        ):
+            raise InvalidParameter("privacy_unit must be (id_column, k) with k a positive integer")
+        unit = (privacy_unit[0], privacy_unit[1])
+    for attr in schema.attributes:
+        if attr.type == "integer" and not (
+            INT64[0] <= attr.min and attr.max <= INT64[1] and attr.size <= INT64[1]
+        ):
+            raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
+    return LoadOptions(
+        schema=schema,
+        separator=separator,
+        header=header,
+        columns=None if columns is None else tuple(columns),
+        skip=skip,
+        missing=tuple(missing),
+        on_invalid=on_invalid,
+        replace=replace_pos,
+        privacy_unit=unit,
+        name=name,
+        show_values=show_values,
+    )
+
+
+# ---------------------------------------------------------------------- messages
+
+#: ``raw`` of :func:`invalid_message` when the raw value was not looked up.
+NOT_SHOWN = object()
+
+
+def invalid_message(
+    source: str,
+    schema: Schema,
+    bad: Sequence[tuple[int, int, int]],
+    *,
+    raw: object = NOT_SHOWN,
+    missing: Sequence[str] = (),
+) -> str:
+    """The one-line refusal of invalid values.
+
+    ``bad``: ``(attribute index, invalid rows, first invalid row)`` per invalid attribute
+    in schema order (rows are 1-based data rows); ``raw``: the first row's raw value of
+    the first attribute as text (None for a NULL), or :data:`NOT_SHOWN` to leave it out
+    (``show_values=False``).
+    """
+    i, n_bad, first = bad[0]
+    attr = schema.attributes[i]
+    where = f"first: row {first}"
+    if raw is not NOT_SHOWN:
+        if raw is None or str(raw).strip(WHITESPACE) in missing:
+            where += ", missing" if raw is None else f", missing value {show(raw)}"
+        else:
+            where += f", value {show(raw)}"
+    rows = "1 row has a value" if n_bad == 1 else f"{n_bad} rows have values"
+    msg = (
+        f"{source}: attribute {attr.name!r}: {rows} outside the domain "
+        f"{domain_text(attr)} or missing ({where})"
+    )
+    if len(bad) > 1:
+        others = ", ".join(f"{schema.attributes[j].name!r} ({n} rows)" for j, n, _ in bad[1:4])
+        more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+        msg += f"; also invalid: {others}{more}"
+    return msg + "; fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+
+
+def missing_id_message(source: str, column: str, rows: int, first: int) -> str:
+    """The one-line refusal of rows without a privacy-unit id."""
+    return (
+        f"{source}: privacy unit column {column!r}: "
+        f"{rows} rows have a missing id (first: row {first})"
+    )
+
+
+def no_column_message(source: str, name: str) -> str:
+    return f"{source}: no column {name!r} for attribute {name!r}"
+
+
+def no_unit_column_message(source: str, column: str) -> str:
+    return f"{source}: privacy unit column {column!r} is not in the data"
+
+
+def duplicate_column_message(source: str, name: str, what: str) -> str:
+    return f"{source}: duplicate column {name!r} (for {what})"
+
+
+def column_count_message(
+    source: str, width: int, names: Sequence[str], columns_given: bool
+) -> str | None:
+    """The refusal of a headerless CSV file whose width does not match the names, or
+    None if it matches."""
+    if len(names) == width:
+        return None
+    hint = (
+        "; pass columns=[...] naming every column of the file"
+        if width > len(names) and not columns_given
+        else ""
+    )
+    what = "columns=" if columns_given else "the schema"
+    return f"{source}: the file has {width} columns but {what} names {len(names)}{hint}"
+
+
+# ---------------------------------------------------------------------- query checks
+
+
+class QueryChecker:
+    """Checks query objects (which may be built by hand) against one schema.
+
+    :meth:`check` gives the query's ``(attribute index, coverage)`` pairs in schema
+    order, tautologies dropped, or None if it covers nothing. Nothing about a query
+    object is trusted: its schema, every predicate's attribute (this schema's, not
+    another's of the same name), one predicate per attribute, and every coverage (pairs
+    of integers ``0 <= start < end <= size``, sorted, disjoint and non-adjacent) are
+    checked, so that what is counted is exactly what the caller's coverage says.
+    Schemas and attributes seen equal to ours are remembered by id (and kept alive, so
+    that their ids are never reused).
+    """
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.index = {a.name: i for i, a in enumerate(schema.attributes)}
+        self.sizes = [a.size for a in schema.attributes]
+        self._attrs_ok: dict[int, tuple[int, Attribute]] = {
+            id(a): (j, a) for j, a in enumerate(schema.attributes)
+        }
+        self._schemas_ok: dict[int, Schema] = {id(schema): schema}
+
+    def check(self, q: object) -> Coverages | None:
+        if not isinstance(q, Query):
+            raise InvalidParameter(f"expected a Query, got {type(q).__name__}")
+        sid = id(q.schema)
+        if sid not in self._schemas_ok:
+            if not isinstance(q.schema, Schema) or q.schema != self.schema:
+                raise InvalidParameter("the query is over a different schema")
+            self._schemas_ok[sid] = q.schema
+        preds = q.predicates
+        if not isinstance(preds, tuple | list):
+            raise QueryError(
+                f"a query's predicates must be a tuple of Predicate, got {type(preds).__name__}"
+            )
+        out: list[tuple[int, IntervalSet]] = []
+        seen: set[int] = set()
+        empty = False
+        attrs_ok, sizes = self._attrs_ok, self.sizes
+        for p in preds:
+            if not isinstance(p, Predicate):
+                raise QueryError(
+                    f"a query's predicates must be Predicate objects, got {type(p).__name__}"
+                )
+            known = attrs_ok.get(id(p.attribute))
+            j = known[0] if known is not None else self.attribute_index(p.attribute)
+            if j in seen:
+                raise QueryError(
+                    f"two predicates on {self.schema.attributes[j].name!r} in one query: "
+                    "give one coverage (their intersection)"
+                )
+            seen.add(j)
+            # Fast path for the canonical form (a tuple of (int, int) tuples with
+            # prev_end < start < end <= size); anything else is converted or refused.
+            cov = p.coverage
+            size, prev = sizes[j], -1
+            if type(cov) is tuple:
+                for iv in cov:
+                    if type(iv) is not tuple or len(iv) != 2:
+                        break
+                    s, e = iv
+                    if type(s) is not int or type(e) is not int or not prev < s < e <= size:
+                        break
+                    prev = e
+                else:
+                    prev = -2  # checked
+            if prev != -2:
+                cov = self.coverage(j, cov)
+            if not cov:
+                empty = True
+            elif len(cov) > 1 or cov[0][0] or cov[0][1] != size:
+                out.append((j, cov))
+        if empty:
+            return None
+        if len(out) > 1:
+            out.sort()
+        return tuple(out)
+
+    def attribute_index(self, attr: object) -> int:
+        """Position of a predicate's attribute, which must be this schema's."""
+        known = self._attrs_ok.get(id(attr))
+        if known is not None:
+            return known[0]
+        if not isinstance(attr, Attribute):
+            raise QueryError(f"a predicate needs an Attribute, got {type(attr).__name__}")
+        j = self.index.get(attr.name) if isinstance(attr.name, str) else None
+        if j is None:
+            raise QueryError(f"predicate on {attr.name!r}, which is not an attribute of the table")
+        if attr != self.schema.attributes[j]:
+            raise QueryError(
+                f"the predicate on {attr.name!r} was built for another schema's attribute"
+            )
+        self._attrs_ok[id(attr)] = (j, attr)  # kept alive: its id is never reused
+        return j
+
+    def coverage(self, j: int, cov: object) -> IntervalSet:
+        """A predicate's coverage, checked to be canonical and inside attribute ``j``."""
+        name = self.schema.attributes[j].name
+        if not isinstance(cov, tuple | list):
+            raise QueryError(
+                f"coverage of {name!r} must be a tuple of (start, end) intervals, "
+                f"got {type(cov).__name__}"
+            )
+        size = self.schema.attributes[j].size
+        out: list[tuple[int, int]] = []
+        prev = -1
+        for iv in cov:
+            if (
+                not isinstance(iv, tuple | list)
+                or len(iv) != 2
+                or not (is_integer(iv[0]) and is_integer(iv[1]))
+            ):
+                raise QueryError(
+                    f"coverage of {name!r}: an interval is a pair of integers, got {iv!r}"
+                )
+            s, e = int(iv[0]), int(iv[1])
+            if s >= e:
+                raise QueryError(f"coverage of {name!r}: interval {(s, e)} is empty or reversed")
+            if s < 0 or e > size:
+                raise QueryError(
+                    f"coverage of {name!r}: interval {(s, e)} leaves the domain "
+                    f"[0, {size}) of value positions"
+                )
+            if s <= prev:
+                raise QueryError(
+                    f"coverage of {name!r}: intervals must be sorted, disjoint and "
+                    f"non-adjacent, got {(s, e)} after one ending at {prev}"
+                )
+            prev = e
+            out.append((s, e))
+        return tuple(out)
+
+    def query_list(self, queries: object) -> list[Any]:
+        """The queries of a ``counts`` call as a list (any iterable but a single query
+        or a string)."""
+        from collections.abc import Iterable
+
+        if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
+            raise InvalidParameter(
+                f"counts takes a sequence of queries, got {type(queries).__name__}"
+            )
+        return list(queries)
+
+
+# ---------------------------------------------------------------------- clipped sums
+
+
+@dataclass(frozen=True)
+class ClipPlan:
+    """How to compute ``sum(clip(value, lower, upper))`` over the rows of a table whose
+    attribute ``index`` stores codes ``value - attr.min`` in ``[0, size)``.
+
+    ``constant`` is not None when the bounds put every value on one side: the sum is
+    ``count * constant``. Otherwise the engine sums ``clip(code, low, high)`` (codes are
+    below 2^63 and ``count * high`` below 2^127, so a 128-bit or ``DECIMAL(38, 0)`` sum
+    is exact) and the sum is ``count * offset + code_sum`` (:meth:`total`).
+    """
+
+    index: int
+    constant: int | None
+    low: int
+    high: int
+    offset: int
+
+    def total(self, count: int, code_sum: int | None) -> int:
+        if self.constant is not None:
+            return count * self.constant
+        return count * self.offset + (0 if code_sum is None else code_sum)
+
+
+def clip_plan(schema: Schema, attribute: object, lower: object, upper: object) -> ClipPlan:
+    """Check a clipped sum's arguments and reduce it to sums of codes.
+
+    Every value is ``attr.min + code`` with ``0 <= code < size <= 2^63 - 1``. Bounds
+    outside ``[min, max]`` are moved onto it (``clip(v, lo, hi)`` is unchanged for ``v``
+    in ``[min, max]``), so the engine only clips and sums codes, and the rest is exact
+    Python arithmetic.
+    """
+    if not isinstance(attribute, str) or attribute not in schema:
+        raise InvalidParameter(f"unknown attribute {attribute!r}")
+    j = schema.index(attribute)
+    attr = schema.attributes[j]
+    if attr.type != "integer":
+        raise InvalidParameter(f"attribute {attribute!r} is not an integer attribute")
+    for label, b in (("lower", lower), ("upper", upper)):
+        if not is_integer(b):
+            raise InvalidParameter(f"{label} clipping bound must be an integer, got {b!r}")
+    lo, hi = int(lower), int(upper)  # type: ignore[call-overload]
+    if lo > hi:
+        raise InvalidParameter(f"lower bound {lo} is greater than upper bound {hi}")
+    if lo >= attr.max or hi <= attr.min:
+        return ClipPlan(j, lo if lo >= attr.max else hi, 0, 0, attr.min)
+    low, high = max(lo, attr.min) - attr.min, min(hi, attr.max) - attr.min
+    return ClipPlan(j, None, low, high, attr.min)
