@@ -680,15 +680,17 @@ def _column(table: Any, name: str) -> np.ndarray:
 
 
 class _Loader:
-    """raw rows with a file-order key -> coded, validated stage -> final coded table.
+    """raw rows with a file-order key -> coded, validated rows -> cached coded table.
 
     The raw DataFrame's columns are ``k0 ..`` (source columns by position) and the
     order key ``__f`` (file), ``__b`` (start of the file split), ``__m``
-    (``monotonically_increasing_id``: partition index and position in the partition,
-    taken right after the scan). Inside one file split the rows of a partition are in
-    file order, and splits are ordered by their start, so ``(__f, __b, __m)`` orders the
-    rows exactly as the file does, however Spark splits it. The coded stage is persisted
-    once: every later step reads that one materialisation, so the key never changes.
+    (``monotonically_increasing_id``: partition index and place in the partition, taken
+    right after the scan). Inside a file split the rows of a partition are in file order
+    and their ids consecutive, and splits are ordered by their start, so ``(__f, __b,
+    __m)`` orders the rows exactly as the files do, however Spark cuts them. Every step
+    that compares keys does so within one pass over the data (the validation, which also
+    numbers the rows; the privacy unit's window), so a different cut in another pass
+    changes nothing; the header is the first row of the first split whatever the cut.
     """
 
     def __init__(self, session: SparkSession, opts: LoadOptions) -> None:
@@ -987,53 +989,72 @@ class _Loader:
                 trimmed = F.btrim(ident, F.lit(WHITESPACE))
                 ident = F.when(~trimmed.isin(list(opts.missing)), trimmed)
             select.append(ident.alias("__id"))
-        stage = self._persist(src.select(*select))
-        key = F.struct("__f", "__b", "__m")
+        stage = src.select(*select)
 
-        # Validation over every row: invalid values per attribute and the first of them.
+        # Validation over every row, in ONE pass that also numbers the rows: per run of
+        # consecutive rows (a file split within a partition: its ids are consecutive),
+        # its rows, its first id and, per attribute, the invalid rows and the first one.
+        # Runs sorted by (file, split start, first id) are in file order, so a row's
+        # number is the rows of the runs before it plus its place in its run.
         n_attr = len(schema.attributes)
-        aggs = [F.count(F.lit(1))]
-        for i in range(n_attr):
-            bad = F.col(f"v{i}").isNull()
-            aggs.append(F.count(F.when(bad, F.lit(1))))
-            aggs.append(F.min(F.when(bad, key)))
+        m = F.col("__m")
+        aggs = [F.count(F.lit(1)).alias("n"), F.min(m).alias("m0")]
+        checks = [F.col(f"v{i}").isNull() for i in range(n_attr)]
         if unit is not None:
-            bad = F.col("__id").isNull()
-            aggs.append(F.count(F.when(bad, F.lit(1))))
-            aggs.append(F.min(F.when(bad, key)))
-        stats = self._run(lambda: stage.agg(*aggs).collect()[0])
-        rows_read = int(stats[0])
-        bad_attrs: list[tuple[int, int, Any]] = []
+            checks.append(F.col("__id").isNull())
+        for c, bad in enumerate(checks):
+            aggs.append(F.count(F.when(bad, F.lit(1))).alias(f"b{c}"))
+            aggs.append(F.min(F.when(bad, m)).alias(f"f{c}"))
+        runs = self._run(
+            lambda: (
+                stage.groupBy("__f", "__b", F.shiftright(m, 33).alias("__p")).agg(*aggs).collect()
+            )
+        )
+        runs.sort(key=lambda r: (r["__f"], r["__b"], r["m0"]))
+        rows_read = sum(int(r["n"]) for r in runs)
+
+        def first_bad(c: int) -> tuple[int, int, tuple[str, int, int] | None]:
+            """(invalid rows, 1-based row of the first, its order key) of check c."""
+            total, first, before = 0, None, 0
+            for r in runs:
+                n_bad = int(r[f"b{c}"])
+                if n_bad and first is None:
+                    first = (before + int(r[f"f{c}"]) - int(r["m0"]) + 1, r)
+                total += n_bad
+                before += int(r["n"])
+            if first is None:
+                return total, 0, None
+            row, r = first
+            return total, row, (r["__f"], int(r["__b"]), int(r[f"f{c}"]))
+
+        bad_attrs: list[tuple[int, int, int, Any]] = []
         replaced: dict[str, int] = {}
         for i, attr in enumerate(schema.attributes):
-            n_bad = int(stats[1 + 2 * i])
+            n_bad, row, key = first_bad(i)
             if n_bad == 0:
                 continue
             if attr.name in opts.replace:
                 replaced[attr.name] = n_bad
             else:
-                bad_attrs.append((i, n_bad, stats[2 + 2 * i]))
+                bad_attrs.append((i, n_bad, row, key))
         id_bad = None
-        if unit is not None and int(stats[-2]):
-            id_bad = (int(stats[-2]), stats[-1])
+        if unit is not None:
+            n_bad, row, _ = first_bad(n_attr)
+            if n_bad:
+                id_bad = (n_bad, row)
         if opts.on_invalid == "error":
             if bad_attrs:
-                i, n_bad, first = bad_attrs[0]
-                row, raw_value = self._locate(stage, first, f"r{i}" if opts.show_values else None)
-                listed = [(i, n_bad, row)] + [(j, n, 0) for j, n, _ in bad_attrs[1:]]
+                i, n_bad, row, key = bad_attrs[0]
+                raw_value = self._raw(stage, key, f"r{i}") if opts.show_values else NOT_SHOWN
+                listed = [(j, n, r) for j, n, r, _ in bad_attrs]
                 raise DataError(
                     invalid_message(
-                        self.source,
-                        schema,
-                        listed,
-                        raw=raw_value if opts.show_values else NOT_SHOWN,
-                        missing=opts.missing,
+                        self.source, schema, listed, raw=raw_value, missing=opts.missing
                     )
                 )
             if id_bad is not None:
                 assert unit is not None
-                row, _ = self._locate(stage, id_bad[1], None)
-                raise DataError(missing_id_message(self.source, unit[0], id_bad[0], row))
+                raise DataError(missing_id_message(self.source, unit[0], id_bad[0], id_bad[1]))
 
         # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
         src = stage
@@ -1089,17 +1110,16 @@ class _Loader:
             replaced=replaced,
         )
 
-    def _locate(self, stage: DataFrame, key: Any, shown: str | None) -> tuple[int, Any]:
-        """1-based data row number of the row with order key ``key`` and, if asked, its
-        raw text (from the stage's column ``shown``): one aggregate, one value back."""
-        f0, b0, m0 = key[0], int(key[1]), int(key[2])
-        f, b, m = F.col("__f"), F.col("__b"), F.col("__m")
-        before = (f < F.lit(f0)) | ((f == F.lit(f0)) & ((b < b0) | ((b == b0) & (m < m0))))
-        same = (f == F.lit(f0)) & (b == b0) & (m == m0)
-        aggs = [F.count(F.when(before, F.lit(1)))]
-        if shown is not None:
-            aggs.append(F.max(F.when(same, F.col(shown))))
-        got = self._run(lambda: stage.agg(*aggs).collect()[0])
-        if shown is None:
-            return int(got[0]) + 1, None
-        return int(got[0]) + 1, _as_text(got[1], stage.schema[shown].dataType)
+    def _raw(self, stage: DataFrame, key: Any, shown: str) -> Any:
+        """The raw text of the row with order key ``key`` (the stage's column ``shown``),
+        for the custodian's message: one value back. Another pass: should Spark have cut
+        the file otherwise in between (cores joined the cluster), a key that is no longer
+        found leaves the value out of the message rather than show another row's."""
+        f0, b0, m0 = key
+        same = (F.col("__f") == F.lit(f0)) & (F.col("__b") == b0) & (F.col("__m") == m0)
+        got = self._run(
+            lambda: stage.where(same).agg(F.count(F.lit(1)), F.max(F.col(shown))).collect()[0]
+        )
+        if int(got[0]) != 1:
+            return NOT_SHOWN
+        return _as_text(got[1], stage.schema[shown].dataType)
