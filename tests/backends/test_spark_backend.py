@@ -780,6 +780,17 @@ def test_hand_built_queries_refused_like_duckdb(pair):
         spk.counts([tampered(((4, 1),))])
 
 
+def test_concurrent_counts_and_close(pair):
+    from concurrent.futures import ThreadPoolExecutor
+
+    schema, duck, spk = pair
+    batches = [range_release(schema, 20, seed=s) for s in range(4)]
+    want = [duck.counts(b).tolist() for b in batches]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda b: spk.counts(b).tolist(), batches))
+    assert got == want
+
+
 def test_closed_backend_refuses(spark):
     b = SparkBackend.load(
         pd.DataFrame({"age": [1], "sex": ["F"], "color": ["red"]}), COLORS, spark=spark

@@ -16,8 +16,7 @@ import contextlib
 import math
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,32 @@ import pyarrow.parquet as pq
 from dpcurator.backends import unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
+from dpcurator.backends._validation import (
+    INT_PATTERN,
+    NOT_SHOWN,
+    WHITESPACE,
+    Coverages,
+    LoadReport,
+    QueryChecker,
+    check_load_options,
+    clip_plan,
+    column_count_message,
+    duplicate_column_message,
+    first_line,
+    invalid_message,
+    matches,
+    missing_id_message,
+    no_column_message,
+    no_unit_column_message,
+)
 from dpcurator.errors import (
     DataError,
     DpCuratorError,
     InvalidParameter,
-    QueryError,
-    SchemaError,
 )
 from dpcurator.queries.boolean import BooleanQuery
-from dpcurator.queries.predicates import IntervalSet, Predicate, Query
-from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.predicates import IntervalSet, Query
+from dpcurator.queries.schema import Schema
 
 #: Largest attribute set (product of domain sizes) counted through a dense array.
 DENSE_LIMIT = 2_000_000
@@ -49,9 +64,6 @@ _MAX_SETS = 64
 #: Queries per ``count(*) FILTER`` statement on the fallback path.
 FILTER_CHUNK = 256
 
-_WHITESPACE = " \t\r\n\f\v"
-#: Integer text: at most 38 significant digits (< 10^38 < 2^127, so it fits HUGEINT).
-_INT_PATTERN = "[+-]?0*[0-9]{1,38}"
 _INT_TYPES = {
     "TINYINT",
     "SMALLINT",
@@ -65,28 +77,8 @@ _INT_TYPES = {
     "UHUGEINT",
 }
 _FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
-_INT64 = (-(2**63), 2**63 - 1)
 #: Exclusive bound of DuckDB's HUGEINT (signed 128-bit).
 _HUGEINT = 2**127
-
-#: A checked query: (attribute index, coverage) pairs in schema order.
-_Coverages = tuple[tuple[int, IntervalSet], ...]
-
-
-def _is_integer(x: object) -> bool:
-    """An exact integer (Python or numpy), not a bool."""
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
-@dataclass(frozen=True)
-class LoadReport:
-    """What happened on load (for the data custodian only: it depends on the data)."""
-
-    rows_read: int
-    rows: int
-    dropped_invalid: int = 0
-    dropped_privacy_unit: int = 0
-    replaced: Mapping[str, int] = field(default_factory=dict)
 
 
 def _code_type(size: int) -> str:
@@ -97,46 +89,6 @@ def _code_type(size: int) -> str:
     if size <= 1 << 32:
         return "UINTEGER"
     return "UBIGINT"
-
-
-def _first_line(message: str) -> str:
-    return next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "error")
-
-
-def _as_schema(schema: Schema | str | Path | Mapping[str, Any]) -> Schema:
-    if isinstance(schema, Schema):
-        return schema
-    if isinstance(schema, str | Path):
-        return Schema.load(schema)
-    if isinstance(schema, Mapping):
-        return Schema.from_dict(schema)
-    raise SchemaError("schema must be a Schema, a path to a JSON schema or a dictionary")
-
-
-def _domain_text(attr: Attribute) -> str:
-    if attr.type == "integer":
-        return f"[{attr.min}, {attr.max}]"
-    return f"of {attr.size} declared values"
-
-
-def _show(value: object) -> str:
-    text = str(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return repr(text)
-
-
-def _replacement_position(attr: Attribute, value: object) -> int:
-    """Position of a declared replacement value (checked to be in the domain)."""
-    if attr.type == "integer" and isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = int(value.strip())
-    try:
-        return attr.position(value)  # type: ignore[arg-type]
-    except KeyError:
-        raise InvalidParameter(
-            f"replace: {value!r} is not in the domain of {attr.name!r} {_domain_text(attr)}"
-        ) from None
 
 
 def _code_column(i: int) -> str:
@@ -153,16 +105,6 @@ def _code_column(i: int) -> str:
 def _raw_column(j: int) -> str:
     """Column of the staging table holding source column ``j`` (source order)."""
     return f"k{j}"
-
-
-def _matches(names: Sequence[str], name: str) -> list[int]:
-    """Positions of the columns called ``name``: exact matches, else matches after
-    stripping surrounding whitespace from the column names (CSV headers such as
-    ``age, sex``)."""
-    found = [j for j, n in enumerate(names) if n == name]
-    if not found:
-        found = [j for j, n in enumerate(names) if n.strip(_WHITESPACE) == name]
-    return found
 
 
 def _parquet_names(path: Path, duck: list[str]) -> list[str]:
@@ -205,15 +147,8 @@ class DuckDBBackend:
         self._in_flight = 0
         self._closing = False
         self._idle: list[duckdb.DuckDBPyConnection] = []
-        self._index = {a.name: i for i, a in enumerate(schema.attributes)}
         self._columns = [_code_column(i) for i in range(len(schema))]
-        self._sizes = [a.size for a in schema.attributes]
-        # Attributes seen equal to ours (by id, kept alive), like the schemas below.
-        self._attrs_ok: dict[int, tuple[int, Attribute]] = {
-            id(a): (j, a) for j, a in enumerate(schema.attributes)
-        }
-        # Schemas seen equal to ours, kept alive so that their ids are never reused.
-        self._schemas_ok: dict[int, Schema] = {id(schema): schema}
+        self._checker = QueryChecker(schema)
 
     # ------------------------------------------------------------------ loading
 
@@ -256,57 +191,37 @@ class DuckDBBackend:
         ``privacy_unit=("id_column", k)`` keeps the first ``k`` rows of each id in file
         order (a rule that looks at no other value), then drops the id column.
         """
-        schema = _as_schema(schema)
-        if on_invalid not in ("error", "drop"):
-            raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
-        if not isinstance(separator, str) or not separator:
-            raise InvalidParameter("separator must be a non-empty string")
-        if header is not None and not isinstance(header, bool):
-            raise InvalidParameter("header must be True, False or None (detect)")
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-            raise InvalidParameter("skip must be a non-negative integer")
-        if isinstance(missing, str) or not all(isinstance(m, str) for m in missing):
-            raise InvalidParameter("missing must be a list of strings")
-        if not isinstance(name, str) or not name:
-            raise InvalidParameter("name must be a non-empty string")
-        if columns is not None:
-            if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
-                raise InvalidParameter("columns must be a list of column names")
-            if len(set(columns)) != len(columns):
-                raise InvalidParameter("columns must be distinct")
-        replace_pos: dict[str, int] = {}
-        for attr_name, value in (replace or {}).items():
-            if attr_name not in schema:
-                raise InvalidParameter(f"replace: unknown attribute {attr_name!r}")
-            replace_pos[attr_name] = _replacement_position(schema.attribute(attr_name), value)
-        unit: tuple[str, int] | None = None
-        if privacy_unit is not None:
-            if (
-                not isinstance(privacy_unit, tuple | list)
-                or len(privacy_unit) != 2
-                or not isinstance(privacy_unit[0], str)
-                or isinstance(privacy_unit[1], bool)
-                or not isinstance(privacy_unit[1], int)
-                or privacy_unit[1] < 1
-            ):
-                raise InvalidParameter(
-                    "privacy_unit must be (id_column, k) with k a positive integer"
-                )
-            unit = (privacy_unit[0], privacy_unit[1])
-        for attr in schema.attributes:
-            if attr.type == "integer" and not (
-                _INT64[0] <= attr.min and attr.max <= _INT64[1] and attr.size <= _INT64[1]
-            ):
-                raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
-
+        opts = check_load_options(
+            schema,
+            separator=separator,
+            header=header,
+            columns=columns,
+            skip=skip,
+            missing=missing,
+            on_invalid=on_invalid,
+            replace=replace,
+            privacy_unit=privacy_unit,
+            name=name,
+            show_values=show_values,
+        )
+        schema = opts.schema
         own = connection is None
         con = duckdb.connect() if own else connection
         assert con is not None
-        loader = _Loader(con, schema, show_values=show_values, missing=tuple(missing))
+        loader = _Loader(con, schema, show_values=opts.show_values, missing=opts.missing)
         try:
-            loader.ingest(data, separator=separator, header=header, columns=columns, skip=skip)
+            loader.ingest(
+                data,
+                separator=opts.separator,
+                header=opts.header,
+                columns=opts.columns,
+                skip=opts.skip,
+            )
             report = loader.encode(
-                name, on_invalid=on_invalid, replace=replace_pos, privacy_unit=unit
+                opts.name,
+                on_invalid=opts.on_invalid,
+                replace=opts.replace,
+                privacy_unit=opts.privacy_unit,
             )
         except BaseException:
             loader.cleanup()
@@ -314,7 +229,7 @@ class DuckDBBackend:
                 con.close()
             raise
         loader.cleanup()
-        return cls(con, schema, name, owns_connection=own, report=report)
+        return cls(con, schema, opts.name, owns_connection=own, report=report)
 
     # ------------------------------------------------------------------ queries
 
@@ -345,7 +260,7 @@ class DuckDBBackend:
                     with self._readers:  # cursor() itself is made one at a time
                         cur = self._con.cursor()
                 except duckdb.Error as err:
-                    raise InvalidParameter(f"cannot count: {_first_line(str(err))}") from None
+                    raise InvalidParameter(f"cannot count: {first_line(str(err))}") from None
             yield cur
         except DpCuratorError:
             raise  # a refused query: the cursor ran nothing wrong, keep it
@@ -364,151 +279,23 @@ class DuckDBBackend:
                 if self._in_flight == 0:
                     self._readers.notify_all()
 
-    def _check_query(self, q: object) -> _Coverages | None:
-        """The query's ``(attribute index, coverage)`` pairs in schema order, tautologies
-        dropped; None if it covers nothing.
-
-        Nothing about a query object is trusted (it may be built by hand): its schema,
-        every predicate's attribute (this schema's, not another's of the same name), one
-        predicate per attribute, and every coverage (pairs of integers ``0 <= start <
-        end <= size``, sorted, disjoint and non-adjacent) are checked, so that what is
-        counted is exactly what the caller's coverage says.
-        """
-        if not isinstance(q, Query):
-            raise InvalidParameter(f"expected a Query, got {type(q).__name__}")
-        sid = id(q.schema)
-        if sid not in self._schemas_ok:
-            if not isinstance(q.schema, Schema) or q.schema != self.schema:
-                raise InvalidParameter("the query is over a different schema")
-            self._schemas_ok[sid] = q.schema
-        preds = q.predicates
-        if not isinstance(preds, tuple | list):
-            raise QueryError(
-                f"a query's predicates must be a tuple of Predicate, got {type(preds).__name__}"
-            )
-        out: list[tuple[int, IntervalSet]] = []
-        seen: set[int] = set()
-        empty = False
-        attrs_ok, sizes = self._attrs_ok, self._sizes
-        for p in preds:
-            if not isinstance(p, Predicate):
-                raise QueryError(
-                    f"a query's predicates must be Predicate objects, got {type(p).__name__}"
-                )
-            known = attrs_ok.get(id(p.attribute))
-            j = known[0] if known is not None else self._attribute_index(p.attribute)
-            if j in seen:
-                raise QueryError(
-                    f"two predicates on {self.schema.attributes[j].name!r} in one query: "
-                    "give one coverage (their intersection)"
-                )
-            seen.add(j)
-            # Fast path for the canonical form (a tuple of (int, int) tuples with
-            # prev_end < start < end <= size); anything else is converted or refused.
-            cov = p.coverage
-            size, prev = sizes[j], -1
-            if type(cov) is tuple:
-                for iv in cov:
-                    if type(iv) is not tuple or len(iv) != 2:
-                        break
-                    s, e = iv
-                    if type(s) is not int or type(e) is not int or not prev < s < e <= size:
-                        break
-                    prev = e
-                else:
-                    prev = -2  # checked
-            if prev != -2:
-                cov = self._coverage(j, cov)
-            if not cov:
-                empty = True
-            elif len(cov) > 1 or cov[0][0] or cov[0][1] != size:
-                out.append((j, cov))
-        if empty:
-            return None
-        if len(out) > 1:
-            out.sort()
-        return tuple(out)
-
-    def _attribute_index(self, attr: object) -> int:
-        """Position of a predicate's attribute, which must be this schema's."""
-        known = self._attrs_ok.get(id(attr))
-        if known is not None:
-            return known[0]
-        if not isinstance(attr, Attribute):
-            raise QueryError(f"a predicate needs an Attribute, got {type(attr).__name__}")
-        j = self._index.get(attr.name) if isinstance(attr.name, str) else None
-        if j is None:
-            raise QueryError(f"predicate on {attr.name!r}, which is not an attribute of the table")
-        if attr != self.schema.attributes[j]:
-            raise QueryError(
-                f"the predicate on {attr.name!r} was built for another schema's attribute"
-            )
-        self._attrs_ok[id(attr)] = (j, attr)  # kept alive: its id is never reused
-        return j
-
-    def _coverage(self, j: int, cov: object) -> IntervalSet:
-        """A predicate's coverage, checked to be canonical and inside attribute ``j``."""
-        name = self.schema.attributes[j].name
-        if not isinstance(cov, tuple | list):
-            raise QueryError(
-                f"coverage of {name!r} must be a tuple of (start, end) intervals, "
-                f"got {type(cov).__name__}"
-            )
-        size = self.schema.attributes[j].size
-        out: list[tuple[int, int]] = []
-        prev = -1
-        for iv in cov:
-            if (
-                not isinstance(iv, tuple | list)
-                or len(iv) != 2
-                or not (_is_integer(iv[0]) and _is_integer(iv[1]))
-            ):
-                raise QueryError(
-                    f"coverage of {name!r}: an interval is a pair of integers, got {iv!r}"
-                )
-            s, e = int(iv[0]), int(iv[1])
-            if s >= e:
-                raise QueryError(f"coverage of {name!r}: interval {(s, e)} is empty or reversed")
-            if s < 0 or e > size:
-                raise QueryError(
-                    f"coverage of {name!r}: interval {(s, e)} leaves the domain "
-                    f"[0, {size}) of value positions"
-                )
-            if s <= prev:
-                raise QueryError(
-                    f"coverage of {name!r}: intervals must be sorted, disjoint and "
-                    f"non-adjacent, got {(s, e)} after one ending at {prev}"
-                )
-            prev = e
-            out.append((s, e))
-        return tuple(out)
-
     def counts(self, queries: Sequence[Query]) -> np.ndarray:
         """Exact counts (int64), one per query, in order, from as few scans as possible.
 
         Thread-safe: calls from several threads count concurrently (each on its own
         cursor) and get exactly what they would get one at a time."""
-        if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
-            raise InvalidParameter(
-                f"counts takes a sequence of queries, got {type(queries).__name__}"
-            )
-        given = list(queries)
+        given = self._checker.query_list(queries)
         flat, owner = unions.expand(given)
         with self._reader() as con:
             return unions.fold(self._counts(con, flat), owner, len(given))
 
-    def _counts(self, con: duckdb.DuckDBPyConnection, queries: Sequence[Query]) -> np.ndarray:
-        if isinstance(queries, Query | str | bytes) or not isinstance(queries, Iterable):
-            raise InvalidParameter(
-                f"counts takes a sequence of queries, got {type(queries).__name__}"
-            )
-        queries = list(queries)
+    def _counts(self, con: duckdb.DuckDBPyConnection, queries: list[Any]) -> np.ndarray:
         n = len(queries)
         out = np.zeros(n, dtype=np.int64)
         attrs = self.schema.attributes
         groups: dict[tuple[int, ...], tuple[list[int], list[tuple[IntervalSet, ...]]]] = {}
         for i, q in enumerate(queries):
-            preds = self._check_query(q)
+            preds = self._checker.check(q)
             if preds is None:  # covers nothing
                 continue
             if not preds:
@@ -578,7 +365,7 @@ class DuckDBBackend:
             out.append((key, dense.reshape(shape)))
         return out
 
-    def _where(self, preds: _Coverages) -> tuple[str, list[int]]:
+    def _where(self, preds: Coverages) -> tuple[str, list[int]]:
         parts: list[str] = []
         params: list[int] = []
         for j, cov in preds:
@@ -636,48 +423,30 @@ class DuckDBBackend:
         upper: int,
         where: Query | None,
     ) -> int:
-        if not isinstance(attribute, str) or attribute not in self.schema:
-            raise InvalidParameter(f"unknown attribute {attribute!r}")
-        j = self._index[attribute]
-        attr = self.schema.attributes[j]
-        if attr.type != "integer":
-            raise InvalidParameter(f"attribute {attribute!r} is not an integer attribute")
-        for label, b in (("lower", lower), ("upper", upper)):
-            if not _is_integer(b):
-                raise InvalidParameter(f"{label} clipping bound must be an integer, got {b!r}")
-        lo, hi = int(lower), int(upper)
-        if lo > hi:
-            raise InvalidParameter(f"lower bound {lo} is greater than upper bound {hi}")
-        preds: _Coverages | None = () if where is None else self._check_query(where)
+        plan = clip_plan(self.schema, attribute, lower, upper)
+        preds: Coverages | None = () if where is None else self._checker.check(where)
         if preds is None:
             return 0
         cond, params = self._where(preds)
-        # Every value is attr.min + code with 0 <= code < size <= 2^63 - 1. Bounds outside
-        # [min, max] are moved onto it (clip(v, lo, hi) is unchanged for v in [min, max]),
-        # so SQL only clips and sums codes in HUGEINT, and the rest is exact Python
-        # arithmetic: sum = count * min + sum(clip(code, l, u)), or count * bound when the
-        # bounds put every value on one side.
-        col = self._columns[j]
-        if lo >= attr.max or hi <= attr.min:
+        table = ident(self.table)
+        if plan.constant is not None:  # every value clipped to one bound
             if where is None:
-                n = self._rows
-            else:
-                row = con.execute(f"SELECT count(*) FROM {ident(self.table)} WHERE {cond}", params)
-                n = int(row.fetchall()[0][0])
-            return n * (lo if lo >= attr.max else hi)
-        low, high = max(lo, attr.min) - attr.min, min(hi, attr.max) - attr.min
+                return plan.total(self._rows, None)
+            row = con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", params)
+            return plan.total(int(row.fetchall()[0][0]), None)
         # count * high < 2^64 * 2^63: the HUGEINT sum cannot overflow (checked anyway).
-        if self._rows * high >= _HUGEINT:
+        if self._rows * plan.high >= _HUGEINT:
             raise InvalidParameter(
                 f"clipped sum of {attribute!r} could overflow 128-bit integers "
-                f"({self._rows} rows, clipped codes up to {high})"
+                f"({self._rows} rows, clipped codes up to {plan.high})"
             )
+        col = self._columns[plan.index]
         sql = (
             f"SELECT count(*), sum(least(greatest(CAST({col} AS HUGEINT), CAST(? AS HUGEINT)), "
-            f"CAST(? AS HUGEINT))) FROM {ident(self.table)} WHERE {cond}"
+            f"CAST(? AS HUGEINT))) FROM {table} WHERE {cond}"
         )
-        n, codes = con.execute(sql, [low, high, *params]).fetchall()[0]
-        return int(n) * attr.min + (0 if codes is None else int(codes))
+        n, codes = con.execute(sql, [plan.low, plan.high, *params]).fetchall()[0]
+        return plan.total(int(n), None if codes is None else int(codes))
 
     def close(self) -> None:
         """Close the connection if the backend opened it, else drop its table.
@@ -746,7 +515,7 @@ class _Loader:
         try:
             return self.con.execute(sql, list(params))
         except duckdb.Error as err:
-            raise DataError(f"{self.source}: {_first_line(str(err))}") from None
+            raise DataError(f"{self.source}: {first_line(str(err))}") from None
 
     def cleanup(self) -> None:
         if self._order_was is not None:
@@ -801,14 +570,14 @@ class _Loader:
                     )
                     is_csv, names = True, []
             except duckdb.Error as err:
-                raise DataError(f"{path}: cannot read data: {_first_line(str(err))}") from None
+                raise DataError(f"{path}: cannot read data: {first_line(str(err))}") from None
         else:
             rel, names = self._from_object(data)
         width = len(rel.columns)
         try:
             rel.create_view(src)
         except duckdb.Error as err:
-            raise DataError(f"{self.source}: cannot read data: {_first_line(str(err))}") from None
+            raise DataError(f"{self.source}: cannot read data: {first_line(str(err))}") from None
         self.views.append(src)
         # File order is the raw table's insertion order: make DuckDB keep it even on a
         # connection whose owner turned it off (restored by cleanup()).
@@ -859,29 +628,22 @@ class _Loader:
         first = ["" if v is None else str(v) for v in row[0]]
         if header is None:
             wanted = list(columns) if columns is not None else list(self.schema.names)
-            header = all(_matches(first, w) for w in wanted)
+            header = all(matches(first, w) for w in wanted)
         self.first_data = 1 if header else 0
         if header and columns is None:
             return first
         names = list(columns) if columns is not None else list(self.schema.names)
-        if len(names) != width:
-            hint = (
-                "; pass columns=[...] naming every column of the file"
-                if width > len(names) and columns is None
-                else ""
-            )
-            what = "columns=" if columns is not None else "the schema"
-            raise DataError(
-                f"{path}: the file has {width} columns but {what} names {len(names)}{hint}"
-            )
+        refusal = column_count_message(str(path), width, names, columns is not None)
+        if refusal is not None:
+            raise DataError(refusal)
         return names
 
     def column(self, name: str, what: str) -> str | None:
         """The raw column holding ``name`` (exact name first, then ignoring surrounding
         whitespace), None if there is none; two candidates are an error."""
-        found = _matches(self.names, name)
+        found = matches(self.names, name)
         if len(found) > 1:
-            raise DataError(f"{self.source}: duplicate column {name!r} (for {what})")
+            raise DataError(duplicate_column_message(self.source, name, what))
         return _raw_column(found[0]) if found else None
 
     # -- step 2: codes, validation, privacy unit, final table
@@ -905,18 +667,14 @@ class _Loader:
         for attr in schema.attributes:
             col = self.column(attr.name, f"attribute {attr.name!r}")
             if col is None:
-                raise DataError(
-                    f"{self.source}: no column {attr.name!r} for attribute {attr.name!r}"
-                )
+                raise DataError(no_column_message(self.source, attr.name))
             cols.append(col)
         self.attr_columns = cols
         id_col = None
         if privacy_unit is not None:
             id_col = self.column(privacy_unit[0], "the privacy unit")
             if id_col is None:
-                raise DataError(
-                    f"{self.source}: privacy unit column {privacy_unit[0]!r} is not in the data"
-                )
+                raise DataError(no_unit_column_message(self.source, privacy_unit[0]))
         # DuckDB catalog names are case-insensitive: "Data" and "data" are one table.
         exists = con.execute(
             "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
@@ -975,10 +733,10 @@ class _Loader:
                     inner.append(
                         f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
                     )
-                    params.extend((_WHITESPACE, _INT_PATTERN, _WHITESPACE))
+                    params.extend((WHITESPACE, INT_PATTERN, WHITESPACE))
                 outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
         # Join parameters come after the select-list parameters in SQL text order.
-        join_params = [_WHITESPACE] * sum(1 for a in schema.attributes if a.type == "categorical")
+        join_params = [WHITESPACE] * sum(1 for a in schema.attributes if a.type == "categorical")
         outer_params: list[object] = []
         for attr in schema.attributes:
             if attr.type == "integer":
@@ -990,7 +748,7 @@ class _Loader:
                     f"CASE WHEN trim(r.{id_col}, ?) IN (SELECT unnest(?::VARCHAR[])) THEN NULL "
                     f"ELSE trim(r.{id_col}, ?) END AS __id"
                 )
-                params.extend((_WHITESPACE, list(self.missing), _WHITESPACE))
+                params.extend((WHITESPACE, list(self.missing), WHITESPACE))
             else:
                 inner.append(f"r.{id_col} AS __id")
             outer.append("__id")
@@ -1032,8 +790,7 @@ class _Loader:
                 raise DataError(self._invalid_message(bad))
             if id_bad is not None:
                 raise DataError(
-                    f"{self.source}: privacy unit column {privacy_unit[0]!r}: "  # type: ignore[index]
-                    f"{id_bad[0]} rows have a missing id (first: row {id_bad[1]})"
+                    missing_id_message(self.source, privacy_unit[0], *id_bad)  # type: ignore[index]
                 )
 
         # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
@@ -1089,32 +846,16 @@ class _Loader:
         )
 
     def _invalid_message(self, bad: list[tuple[int, int, int]]) -> str:
-        i, n_bad, first = bad[0]
-        attr = self.schema.attributes[i]
-        where = f"first: row {first}"
+        raw: object = NOT_SHOWN
         if self.show_values:
+            i, _, first = bad[0]
             row = self._sql(
                 f"SELECT CAST({self.attr_columns[i]} AS VARCHAR) FROM {ident(self.raw)} "
                 "WHERE rowid = ?",
                 [first - 1 + self.first_data],
             ).fetchall()[0]
             raw = row[0] if row else None
-            if raw is None or raw.strip(_WHITESPACE) in self.missing:
-                where += ", missing" if raw is None else f", missing value {_show(raw)}"
-            else:
-                where += f", value {_show(raw)}"
-        rows = "1 row has a value" if n_bad == 1 else f"{n_bad} rows have values"
-        msg = (
-            f"{self.source}: attribute {attr.name!r}: {rows} outside the domain "
-            f"{_domain_text(attr)} or missing ({where})"
-        )
-        if len(bad) > 1:
-            others = ", ".join(
-                f"{self.schema.attributes[j].name!r} ({n} rows)" for j, n, _ in bad[1:4]
-            )
-            more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
-            msg += f"; also invalid: {others}{more}"
-        return msg + "; fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+        return invalid_message(self.source, self.schema, bad, raw=raw, missing=self.missing)
 
 
 def load_table(
