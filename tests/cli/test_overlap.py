@@ -30,6 +30,7 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "gamma",
         "exact",
         "upper_bound",
+        "method",
         "witness",
         "witness_queries",
         "sequential",
@@ -37,6 +38,7 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     }
     assert d["queries"] == 10 + 2 + 1  # sex (2 values) x race (5), 2 bins, 1
     assert d["gamma"] == 4 and d["exact"] is True and d["upper_bound"] == 4
+    assert d["method"] == "dense"  # a few segments on three attributes
     assert d["witness"]["age"] == 37 and len(d["witness"]) == 12
     assert d["witness_queries"][-1] == 12 and len(d["witness_queries"]) == 3
     assert d["sequential"] == 14
@@ -49,6 +51,7 @@ def test_readable_output(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 0
     assert "gamma:" in out and "(exact)" in out
+    assert "method:   eliminate" in out
     assert "witness:" in out and "sequential composition would charge" in out
 
 

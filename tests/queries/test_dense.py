@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpcurator.queries import Query, Schema, max_overlap
-from dpcurator.queries.dense import dense_max_overlap
+from dpcurator.queries.overlap.dense import dense_max_overlap
 
 SCHEMA = Schema.from_dict(
     {

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             "gamma": res.value,
             "exact": res.exact,
             "upper_bound": res.upper_bound,
+            "method": res.method,
             "witness": dict(res.witness),
             "witness_queries": list(res.witness_queries),
             "sequential": sequential,
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "exact" if res.exact else "upper bound (time limit reached)"
     print(f"queries:  {len(workload)}")
     print(f"gamma:    {res.value} ({kind})")
+    print(f"method:   {res.method}")
     if not res.exact:
         print(f"best point found covers weight {res.lower_bound}")
     print("witness:  " + ", ".join(f"{k}={v!r}" for k, v in res.witness.items()))

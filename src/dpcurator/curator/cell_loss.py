@@ -8,7 +8,7 @@ the second, every value of the other attributes), for the largest L(x) over its 
 exactly what :meth:`OverlapFilter.local` computes for that cell's query, cell by cell.
 
 Here all cells are computed at once, by the prefix-sum method of
-:mod:`dpcurator.queries.dense`: the endpoints of the charges' coverages (and the bin
+:mod:`dpcurator.queries.overlap.dense`: the endpoints of the charges' coverages (and the bin
 edges) cut every attribute into elementary segments; L is constant on each cell of the
 segment grid and is obtained on all of it by adding each box's weight at its corners of
 a difference array and taking cumulative sums along every axis. The maximum over the

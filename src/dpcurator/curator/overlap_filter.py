@@ -47,7 +47,7 @@ import numpy as np
 
 from dpcurator.queries import Query, Schema, max_overlap
 from dpcurator.queries.boolean import BooleanQuery, contains, hull, intersection
-from dpcurator.queries.dense import dense_max_overlap
+from dpcurator.queries.overlap.dense import dense_max_overlap
 from dpcurator.queries.predicates import disjoint
 
 #: Seconds the exact maximum-overlap computations of one request may take in all, before

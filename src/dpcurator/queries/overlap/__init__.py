@@ -1,0 +1,172 @@
+"""Maximum (weighted) overlap of predicate queries, exactly, without enumerating the domain.
+
+Definitions from Smith et al. ("Making the Most of Parallel Composition in
+Differential Privacy", PoPETs 2022): the maximum overlap gamma(Q) is the largest number
+of queries whose coverages share a point of the domain, and with additive weights
+gamma_w(Q) = max_x sum_{q : x in C_q} w_q. Computing it is NP-hard in general, but
+workloads are structured; :func:`max_overlap` tries one strategy module after another,
+cheapest first, and ``OverlapResult.method`` names the one that decided:
+
+* ``dense``: a small grid of elementary segments, by prefix sums (exact);
+* ``split``: shared values fixed, independent components, lone queries (exact);
+* ``atoms``: the values an attribute's queries cannot tell apart; a component of one
+  attribute is its best atom (exact);
+* ``boxes``: single intervals on at most three attributes, by a slab sweep (Helly; exact,
+  or an upper bound at the deadline);
+* ``eliminate``: variable elimination of pendant attributes, then enumeration of a
+  small core (exact);
+* ``search``: branch and bound, pruned by the disjoint ``families``, for a short slice of
+  the time (exact, or gives up);
+* ``milp``: the 0/1 program on the core, by HiGHS (exact, or its dual bound);
+* ``colouring``: the paper's colouring bound (an upper bound, for comparison).
+
+When the time limit stops the search, the result is a *safe upper bound* (the smallest
+of the valid bounds at hand) with ``exact=False`` and ``method="bound"``; the best point
+found is only reported as ``lower_bound`` and must never be used to charge a budget.
+How each strategy works and what it costs: docs/overlap.md and docs/design.md (maximum
+overlap).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from dpcurator.queries.overlap import search
+from dpcurator.queries.overlap.atoms import best_atom
+from dpcurator.queries.overlap.boxes import solve_boxes
+from dpcurator.queries.overlap.colouring import colouring_bound, overlap_graph
+from dpcurator.queries.overlap.component import Component, Solution
+from dpcurator.queries.overlap.dense import dense_max_overlap
+from dpcurator.queries.overlap.eliminate import Core, reduce_to_core, solve_eliminated
+from dpcurator.queries.overlap.milp import solve_milp
+from dpcurator.queries.overlap.result import ColouringResult, OverlapResult, as_number, hardest
+from dpcurator.queries.overlap.split import Split, prepare, split_components, unions
+from dpcurator.queries.predicates import Query
+
+__all__ = ["ColouringResult", "OverlapResult", "colouring_bound", "max_overlap", "overlap_graph"]
+
+#: Try the dense prefix-sum grid first (tests of the other paths switch it off).
+_DENSE = True
+#: Variable elimination of pendant attributes before search (tests switch it off).
+_ELIMINATE = True
+#: Box components with at most this many queries go through elimination instead.
+_BOX_MIN = 48
+#: Share of the time limit (and cap, in seconds) that branch and bound gets before
+#: a component falls back to the 0/1 program (the cap applies without a limit).
+_SEARCH_SHARE, _SEARCH_CAP = 0.05, 3.0
+#: Above this many queries the colouring bound (O(t^2)) is not tried on a time-out.
+_COLOURING_MAX = 20_000
+
+
+def max_overlap(
+    queries: Sequence[Query] | Iterable[Query],
+    weights: Sequence[float] | None = None,
+    time_limit: float | None = None,
+) -> OverlapResult:
+    """gamma(Q), or gamma_w(Q) with additive weights (Smith et al., PoPETs 2022).
+
+    Exact unless ``time_limit`` (seconds) stops the search; then ``value`` is a safe
+    upper bound and ``exact`` is False. ``weights`` default to those of a
+    :class:`~dpcurator.queries.parser.Workload`, else 1.
+    """
+    deadline = math.inf if time_limit is None else time.monotonic() + time_limit
+    qs, w, integral = prepare(queries, weights)
+    if not qs:
+        return OverlapResult(0, True, 0, 0, {}, (), "empty")
+    owner = unions(qs)
+    if owner is not None:
+        return _over_boxes(qs, w, owner, time_limit)
+    if _DENSE and integral and len(qs) > 1:
+        dense = dense_max_overlap(qs, w)
+        if dense is not None:
+            v = as_number(dense[0], True)
+            return OverlapResult(v, True, v, v, dense[1], dense[2], "dense")
+    parts = split_components(qs, w, 0.0 if integral else 1e-9 * max(1.0, float(w.sum())))
+    upper, exact, methods, hard = parts.total, True, [], []
+    for comp in parts.components:
+        got = _decide(comp, deadline, time_limit)
+        if isinstance(got, Core):  # what no cheap strategy decided: the 0/1 program
+            hard.append((comp, got))
+            continue
+        methods.append(got[0])
+        upper, exact = upper + got[1].upper, exact and got[1].exact
+        parts.place(comp, got[1])
+    for comp, core in hard:  # with what remains of the time limit
+        remaining = None if time_limit is None else max(0.0, deadline - time.monotonic())
+        sol = solve_milp(comp, core, remaining, integral)
+        methods.append("milp")
+        upper, exact = upper + sol.upper, exact and sol.exact
+        parts.place(comp, sol)
+    return _result(qs, w, integral, parts, upper, "bound" if not exact else hardest(methods))
+
+
+def _decide(
+    comp: Component, deadline: float, time_limit: float | None
+) -> tuple[str, Solution] | Core:
+    """(strategy, solution) from the cheap strategies, or the core left for the 0/1 program."""
+    everything = list(range(len(comp.attr_ids)))
+    if len(everything) <= 3 and comp.single and len(comp.w) > _BOX_MIN:
+        return "boxes", solve_boxes(comp, np.ones(len(comp.w), bool), everything, deadline)
+    if len(everything) == 1:
+        value, atom = best_atom(comp.attrs[0], comp.w, np.ones(len(comp.w), bool))
+        return "atoms", Solution(value, value, {0: int(comp.attrs[0].pos[atom])}, True)
+    core = reduce_to_core(comp, fold=_ELIMINATE)
+    sol = solve_eliminated(comp, core)
+    if sol is not None:  # a forest (elimination is exact), or a small core
+        return "eliminate", sol
+    if len(core.attrs) < len(everything):  # elimination folded a part: the 0/1 program
+        return core
+    try:
+        return "search", search.branch_and_bound(comp, _search_deadline(comp, deadline, time_limit))
+    except (search.Timeout, RecursionError):  # too slow or too deep
+        return core
+
+
+def _search_deadline(comp: Component, deadline: float, time_limit: float | None) -> float:
+    """Branch and bound gets a slice of the time, except on small box components."""
+    if len(comp.attr_ids) <= 3 and comp.single:
+        return deadline
+    remaining = (deadline - time.monotonic()) if time_limit is not None else math.inf
+    return min(deadline, time.monotonic() + min(_SEARCH_SHARE * remaining, _SEARCH_CAP))
+
+
+def _over_boxes(
+    qs: list[Query], w: np.ndarray, owner: np.ndarray, time_limit: float | None
+) -> OverlapResult:
+    """Boolean queries: every disjoint box carries its query's weight; a point lies in
+    at most one box of each query, so the boxes' overlap is the queries'."""
+    res = max_overlap([b for q in qs for b in q.boxes], w[owner], time_limit)
+    return replace(res, witness_queries=tuple(sorted({int(owner[i]) for i in res.witness_queries})))
+
+
+def _result(
+    qs: list[Query], w: np.ndarray, integral: bool, parts: Split, upper: float, method: str
+) -> OverlapResult:
+    """The witness from the point the components placed, and the final bounds."""
+    schema = qs[0].schema
+    witness = {a.name: a.value(parts.point[j]) for j, a in enumerate(schema.attributes)}
+    covered = parts.covered
+    for i in np.flatnonzero(w == 0):  # weightless queries still belong to the witness set
+        if not qs[i].is_empty and qs[i].covers(witness):
+            covered[i] = True
+    wq = tuple(int(i) for i in np.flatnonzero(covered))
+    lower = float(w[list(wq)].sum()) if wq else 0.0
+    exact = method != "bound"
+    if exact:
+        upper = lower
+    elif len(qs) <= _COLOURING_MAX:
+        upper = min(upper, colouring_bound(qs, w).value)
+    return OverlapResult(
+        value=as_number(lower if exact else upper, integral),
+        exact=exact,
+        upper_bound=as_number(upper, integral),
+        lower_bound=as_number(lower, integral),
+        witness=witness,
+        witness_queries=wq,
+        method=method,
+    )
