@@ -71,8 +71,12 @@ def test_json_summary_and_csv(tmp_path, capsys) -> None:
         "out",
     } <= set(d)
     assert d["allocation"] == "optimal" and d["out"] == str(out)
+    # the default objective, per-table: every line of the mixture covers each point once,
+    # so each line weighing the same makes the equal split (uniform) optimal
+    assert d["objective"] == "per-table" and 0 <= d["optimality_gap"] <= 1e-4
     e = d["expected_abs_noise"]
-    assert e["optimal"] < e["uniform"] < e["sequential"]
+    assert e["optimal"] == pytest.approx(e["uniform"], rel=1e-4)
+    assert e["uniform"] < e["sequential"] / 10
     assert d["utility_gain"] == pytest.approx(1 - e["optimal"] / e["sequential"])
     assert d["guarantee"]["epsilon"] <= 1.0 and d["guarantee"]["kind"] == "pure"
     rows = list(csv.DictReader(out.open()))
@@ -264,10 +268,11 @@ def test_released_errors_follow_the_claimed_pmf(guarantee) -> None:
 def test_objective_per_table_feeds_a_small_table(tmp_path, capsys) -> None:
     w = tmp_path / "w.txt"
     w.write_text("marginal(sex, income)\nmarginal(education, occupation)\n")
-    costs = {}
-    for objective in ("total", "per-table"):
-        out = tmp_path / f"{objective}.csv"
-        code, _, err = run(
+    costs, summaries = {}, {}
+    for objective in ("total", "per-table", None):
+        name = objective or "default"
+        out = tmp_path / f"{name}.csv"
+        code, so, err = run(
             capsys,
             *BASE,
             "--workload",
@@ -277,15 +282,31 @@ def test_objective_per_table_feeds_a_small_table(tmp_path, capsys) -> None:
             "--out",
             out,
             "--ledger",
-            tmp_path / f"{objective}.db",
-            "--objective",
-            objective,
+            tmp_path / f"{name}.db",
+            *(("--objective", objective) if objective else ()),
         )
         assert code == 0, err
         rows = list(csv.DictReader(out.open()))
-        costs[objective] = float(rows[0]["cost"])  # a cell of the small table
-    assert costs["per-table"] > costs["total"]
+        costs[name] = [float(r["cost"]) for r in rows]
+        summaries[name] = so
+    assert costs["per-table"][0] > costs["total"][0]  # a cell of the small table
+    # without --objective: per-table, said in the summary
+    assert costs["default"] == costs["per-table"]
+    assert "allocation:   optimal (objective: per-table)" in summaries["default"]
+    assert "allocation:   optimal (objective: total)" in summaries["total"]
+    wl = parse_workload(w, Schema.load(SCHEMA))
+    plan = make_plan(wl.queries, wl.weights, PureDP(1.0), objective="per-table")
+    assert costs["default"] == list(plan.values)
     with pytest.raises(SystemExit) as exit_:
         run(capsys, *BASE, "--workload", w, "--epsilon", 1, "--objective", "fair")
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "--objective" in err and "Traceback" not in err
+
+
+def test_objective_help_says_per_table_is_the_default(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["answer", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "per-table the sum over workload lines" in text
+    assert "starved next to a large one (default)" in text
+    assert "(total: a table with many cells weighs more)" in text

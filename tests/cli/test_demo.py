@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from dpcurator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: The rows of the demo's headline, in order.
+SPLITS = (
+    "sequential (eps / t)",
+    "uniform (eps / gamma, the paper)",
+    "optimal for total",
+    "optimal for per-table",
+    "optimal for max",
+)
+
+
+def _number(text: str) -> float:
+    return float(text.lstrip("±").replace(",", ""))
 
 
 def test_demo_json(capsys) -> None:
@@ -19,9 +36,40 @@ def test_demo_json(capsys) -> None:
     for r in d["showcase"]:
         assert r["interval"] == "normal approximation, exact variance"
         assert r["interval_high"] - r["interval_low"] < 2 * r["noisy_half_width"]
+    # released with the default objective: every table weighs the same (here: the equal
+    # split, the uniform allocation)
+    assert d["allocation"] == "optimal" and d["objective"] == "per-table"
     e = d["expected_abs_noise"]
-    assert e["sequential"] >= 10 * e["uniform"] and e["optimal"] < e["uniform"]
+    assert e["sequential"] >= 10 * e["uniform"]
+    assert e["optimal"] == pytest.approx(e["uniform"], rel=1e-4)
     assert d["guarantee"]["epsilon"] <= 1.0
+    # the headline's figures: sequential, uniform and the optimum of each objective
+    a = d["allocations"]
+    assert [(x["allocation"], x["objective"]) for x in a] == [
+        ("sequential", None),
+        ("uniform", None),
+        ("optimal", "total"),
+        ("optimal", "per-table"),
+        ("optimal", "max"),
+    ]
+    assert [x["released"] for x in a] == [False, False, False, True, False]
+    assert {x["line"] for x in a} == {d["showcase"][0]["line"]} and d["showcase_table"]
+    by = {x["objective"]: x for x in a[2:]}
+    measure = {
+        "total": "total_squared_error",
+        "per-table": "per_table_squared_error",
+        "max": "worst_answer_squared_error",
+    }
+    for objective, key in measure.items():  # each objective is best on its own measure
+        assert all(by[objective][key] <= x[key] * (1 + 1e-4) for x in a), objective
+    # total buys its lower total error with the small tables: the showcase's cells
+    assert by["total"]["total_squared_error"] < 0.5 * by["per-table"]["total_squared_error"]
+    assert by["total"]["line_squared_error"] > 4 * by["per-table"]["line_squared_error"]
+    assert by["max"]["optimality_gap"] == 0 and 0 <= by["per-table"]["optimality_gap"] <= 1e-4
+    # the released variance is the showcase's raw noise: its interval is that wide
+    sd = math.sqrt(by["per-table"]["line_squared_error"])
+    r = d["showcase"][0]
+    assert 1.5 * sd < r["noisy_half_width"] < 2.5 * sd
 
 
 def test_demo_readable(capsys, tmp_path) -> None:
@@ -29,12 +77,48 @@ def test_demo_readable(capsys, tmp_path) -> None:
     png = tmp_path / "demo.png"
     assert main(["demo", "--out", str(out), "--plot", str(png)]) == 0
     text = capsys.readouterr().out
-    assert "saved by parallel composition" in text and "utility gain" in text
     assert "made consistent" in text and "in memory" in text
+    # no "x less noise" claims: every split's figures side by side, the released one marked
+    assert "less noise" not in text and "utility gain" not in text
+    rows = {}
+    for ln in text.splitlines():
+        for name in SPLITS:
+            if ln[2:].startswith(name + " "):
+                rows[name] = (ln[0], ln[2 + len(name) :].split())
+    assert set(rows) == set(SPLITS)
+    assert [rows[n][0] for n in SPLITS] == [" ", " ", " ", "*", " "]
+    assert "Released (*): per-table, the default" in text
+    # the figures are the planner's, each rounded up (never shown smaller than it is)
+    from dpcurator.planner import compare_objectives, make_plan
+    from dpcurator.privacy import PureDP
+    from dpcurator.queries import Schema, parse_workload
+
+    wl = parse_workload(
+        ROOT / "examples" / "adult" / "marginals.txt",
+        Schema.load(ROOT / "examples" / "adult" / "schema.json"),
+    )
+    plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    line = next(q.line for q in plan.queries if q.text.startswith("sex = 'Female' AND income"))
+    for name, e in zip(SPLITS, compare_objectives(plan), strict=True):
+        shown = [_number(x) for x in rows[name][1]]
+        truth = [e.total, *(math.sqrt(v) for v in (e.worst, e.per_table, e.line(line)))]
+        for s, t in zip(shown, truth, strict=True):
+            assert t <= s <= t * 1.01, (name, shown, truth)
     import pyarrow.parquet as pq
 
     assert pq.read_table(out).num_rows == 4354
     assert png.stat().st_size > 50_000
+
+
+def test_up_rounds_up() -> None:
+    from dpcurator.cli.demo import up
+
+    rng = np.random.default_rng(4)
+    for x in np.exp(rng.uniform(-8, 28, 500)):
+        s = up(float(x))
+        assert float(x) <= _number(s) <= float(x) * 1.01, (x, s)
+    assert up(39.0) == "39.0" and up(124.03) == "125" and up(6157.51) == "6,160"
+    assert up(2.7e6) == "2,700,000" and up(1.6508e11) == "1.66e11" and up(0) == "0"
 
 
 def test_demo_uses_the_csprng() -> None:

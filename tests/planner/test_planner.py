@@ -16,7 +16,9 @@ from scipy.optimize import minimize
 
 from dpcurator.errors import BudgetExceeded, InvalidParameter
 from dpcurator.planner import (
+    OBJECTIVES,
     PlanBudget,
+    compare_objectives,
     consistent,
     make_plan,
     optimal,
@@ -187,18 +189,36 @@ def test_all_two_way_marginals_gain() -> None:
     ]
     text = "\n".join(f"marginal({x}, {y})" for x, y in itertools.combinations(attrs, 2))
     wl = parse_workload(text, ADULT)
-    p = make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal")
+    p = make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective="total")
     assert p.gamma == 28 and p.gamma_exact
     e = p.expected_abs
     assert e["sequential"] >= 10 * e["uniform"] and e["optimal"] < e["uniform"]
     r = max_overlap(wl.queries, weights=list(p.additive_costs()))
     assert r.exact and r.value <= 1.0
+    # the default (per-table): every point is in one cell of each table, so each table
+    # weighs the same and the optimum is the equal split, 1/28 a table
+    d = make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal")
+    assert d.objective == "per-table"
+    assert np.allclose(d.values, 1 / 28, rtol=1e-5) and max(d.values) <= 1 / 28
+    worst = {k: max(n.variance() for n in q.noises) for k, q in (("total", p), ("default", d))}
+    assert worst["default"] < worst["total"] / 4
+
+
+def per_table_error(plan, allocation: str) -> float:
+    """The per-table objective of one of ``plan``'s allocations, from scratch: the sum
+    over workload lines of the mean exact variance of the line's answers (as charged)."""
+    b = plan.budget
+    var = [b.noise(b.value(float(c))).variance() for c in plan.allocations[allocation].costs]
+    lines: dict[int, list[float]] = {}
+    for q, v in zip(plan.queries, var, strict=True):
+        lines.setdefault(q.line, []).append(v)
+    return math.fsum(math.fsum(v) / len(v) for v in lines.values())
 
 
 def test_guarantees_by_budget_kind() -> None:
     wl = parse_workload((ROOT / "examples" / "adult" / "mixture.txt").read_text(), ADULT)
     for g in BUDGETS:
-        p = make_plan(wl.queries, wl.weights, g, "optimal")
+        p = make_plan(wl.queries, wl.weights, g, "optimal")  # per-table
         fin = p.guarantee
         assert fin.within_budget and fin.certified
         if isinstance(g, PureDP):
@@ -211,7 +231,14 @@ def test_guarantees_by_budget_kind() -> None:
             assert fin.epsilon <= 1.0 and fin.delta == 1e-6
             alt = p.alternative
             assert alt is not None and alt["epsilon_per_query"] >= 1.0 / p.gamma * (1 - 1e-5)
-        assert p.expected_abs["optimal"] < p.expected_abs["uniform"] < p.expected_abs["sequential"]
+        # per-table is never worse than uniform on its own objective (here every line
+        # covers each point once, so they coincide), and both beat sequential
+        assert per_table_error(p, "optimal") <= per_table_error(p, "uniform") * (1 + 1e-5)
+        assert per_table_error(p, "uniform") < per_table_error(p, "sequential") / 10
+        assert p.expected_abs["uniform"] < p.expected_abs["sequential"]
+        t = make_plan(wl.queries, wl.weights, g, "optimal", objective="total")
+        assert t.guarantee.within_budget and t.guarantee.certified
+        assert t.expected_abs["optimal"] < t.expected_abs["uniform"]
 
 
 def test_available_budget_and_refusal() -> None:
@@ -279,3 +306,155 @@ def test_objectives_per_table_and_max() -> None:
     assert np.ptp(np.array(p.values)) < 1e-6 * max(p.values)
     with pytest.raises(InvalidParameter, match="objective"):
         make_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="fair")
+
+
+# --- the per-table objective (the default) --------------------------------------------------
+
+#: Workload lines on the small domain: tables (one cell per point) and single queries.
+LINES = [
+    "histogram(a)",
+    "histogram(b)",
+    "histogram(c)",
+    "marginal(a, b)",
+    "marginal(b, c)",
+    "a < 2",
+    "a >= 2",
+    "b = 'x'",
+    "c >= 1",
+    "a >= 1 AND c < 2",
+    "b != 'z' AND a < 3",
+    "total",
+]
+
+
+def line_errors(plan, line_ids) -> float:
+    """sum over ``line_ids`` of the mean model variance a / c^p of the line's answers,
+    from the costs as charged."""
+    b = plan.budget
+    per_line: dict[int, list[float]] = {}
+    for q, c in zip(plan.queries, plan.additive_costs(), strict=True):
+        per_line.setdefault(q.line, []).append(b.coefficient / c**b.exponent)
+    return math.fsum(math.fsum(per_line[ln]) / len(per_line[ln]) for ln in line_ids)
+
+
+def test_default_objective_is_per_table() -> None:
+    wl = parse_workload("marginal(a, b)\nhistogram(c)\na < 2", SMALL)
+    default = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    assert default.objective == "per-table" and default.allocation.name == "optimal"
+    per = make_plan(wl.queries, wl.weights, PureDP(1.0), objective="per-table")
+    total = make_plan(wl.queries, wl.weights, PureDP(1.0), objective="total")
+    assert default.values == per.values
+    # the lines cover every point of a < 2 once each: per-table is the equal split,
+    # total gives the 12-cell table more than the 1-query line
+    assert np.allclose(default.values, 1 / 3, rtol=1e-5)
+    assert total.values[0] > 1.5 * total.values[-1]
+    assert OBJECTIVES == ("total", "per-table", "max")
+
+
+@pytest.mark.parametrize("guarantee", [PureDP(1.0), ZCDP(0.5)])
+def test_per_table_closed_form(guarantee) -> None:
+    """Lines "a < 2", "a >= 2" (one query each) and a table T: the points a < 2 hold
+    the first and T, the others the second and T. per-table minimises x^-p + x^-p +
+    (B - x)^-p (T's cells all cost the same): x / (B - x) = 2^(1/(p+1)), whatever T's
+    cell count, while total weighs T by its n cells: x / (B - x) = (2/n)^(1/(p+1)).
+    Swapping histogram(b) (3 cells) for the single query b = 'x' changes nothing for
+    per-table (each line weighs the same), but changes total."""
+    b = PlanBudget.of(guarantee)
+    B, p = b.amount, b.exponent
+    for table, n in (("histogram(b)", 3), ("b = 'x'", 1), ("marginal(b, c)", 9)):
+        wl = parse_workload(f"a < 2\na >= 2\n{table}", SMALL)
+        assert len(wl) == 2 + n
+        for objective, ratio in (("per-table", 2.0), ("total", 2.0 / n)):
+            plan = make_plan(wl.queries, wl.weights, guarantee, objective=objective)
+            x = B * ratio ** (1 / (p + 1)) / (1 + ratio ** (1 / (p + 1)))
+            c = plan.additive_costs()
+            assert c[0] == pytest.approx(x, rel=1e-4) and c[1] == pytest.approx(x, rel=1e-4)
+            assert c[2:] == pytest.approx(B - x, rel=1e-4)
+            assert brute_max(wl.queries, plan.values, plan.budget) <= Fraction(B)
+            gap = plan.allocation.objective / plan.allocation.lower_bound - 1
+            assert -1e-9 <= gap <= 1e-4
+
+
+@st.composite
+def line_workload(draw):
+    lines = draw(st.lists(st.sampled_from(LINES), min_size=1, max_size=5, unique=True))
+    return parse_workload("\n".join(lines), SMALL)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(line_workload(), st.sampled_from([PureDP(1.0), ZCDP(0.5)]))
+def test_per_table_matches_brute_force(wl, guarantee) -> None:
+    """The default plan against the per-table program with every point's constraint
+    listed (one cost per line, SLSQP on log costs): each line's mean error counts once."""
+    b = PlanBudget.of(guarantee)
+    qs = wl.queries
+    plan = make_plan(qs, wl.weights, guarantee, time_limit=10)
+    assert plan.objective == "per-table"
+    line_ids = sorted({q.line for q in qs if not q.is_empty})
+    if not line_ids:
+        return
+    # A[x, l]: how many of line l's queries cover point x
+    A = np.array(
+        [[sum(1 for q in qs if q.line == ln and covers(q, x)) for ln in line_ids] for x in POINTS],
+        float,
+    )
+    A = A[A.any(axis=1)]
+    p, a = b.exponent, b.coefficient
+
+    def f(u):
+        return float(np.sum(a * np.exp(-p * u)))  # each line: one cost, its mean error
+
+    cons = {"type": "ineq", "fun": lambda u: b.amount - A @ np.exp(u)}
+    best = math.inf
+    for start in (np.log(b.amount / len(line_ids)), np.log(b.amount / 2)):
+        r = minimize(
+            f,
+            np.full(len(line_ids), start),
+            constraints=[cons],
+            method="SLSQP",
+            options={"maxiter": 500, "ftol": 1e-14},
+        )
+        if r.success and np.all(A @ np.exp(r.x) <= b.amount * (1 + 1e-7)):
+            best = min(best, r.fun)
+    got = line_errors(plan, line_ids)
+    if math.isfinite(best):
+        assert got <= best * (1 + 2e-3)
+    assert brute_max(qs, plan.values, plan.budget) <= Fraction(b.amount)
+    # and it is the best of the three objectives on its own measure
+    total = make_plan(qs, wl.weights, guarantee, objective="total", time_limit=10)
+    got_total = line_errors(total, line_ids)
+    assert got <= got_total * (1 + 1e-4)
+
+
+def test_compare_objectives_each_best_on_its_own_measure() -> None:
+    """compare_objectives: sequential, uniform, then optimal for total, per-table and max;
+    each objective's allocation is the best (of these) on its own measure."""
+    wl = parse_workload(
+        "marginal(sex, income)\nmarginal(education, occupation)\nage < 30\nage >= 30",
+        ADULT,
+    )
+    plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    es = compare_objectives(plan)
+    assert [e.label for e in es] == [
+        "sequential",
+        "uniform",
+        "optimal (total)",
+        "optimal (per-table)",
+        "optimal (max)",
+    ]
+    by = {e.label: e for e in es}
+    measure = {"total": "total", "per-table": "per_table", "max": "worst"}
+    for o, attr in measure.items():
+        mine = getattr(by[f"optimal ({o})"], attr)
+        for e in es:
+            assert mine <= getattr(e, attr) * (1 + 1e-4), (o, e.label)
+    # the plan's own allocation is reused, the variances are the exact discrete ones
+    per = by["optimal (per-table)"]
+    assert list(per.variances) == [n.variance() for n in plan.noises]
+    assert per.line(1) == pytest.approx(per.variances[0])
+    assert per.per_table == pytest.approx(per_table_error(plan, "optimal") / 4)
+    assert by["optimal (max)"].gap == 0.0 and 0 <= per.gap <= 1e-4
+    # total starves the small table, per-table does not
+    assert by["optimal (total)"].line(1) > 2 * per.line(1)
+    d = per.to_dict(1)
+    assert d["objective"] == "per-table" and d["line_squared_error"] == per.line(1)

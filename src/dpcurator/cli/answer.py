@@ -42,8 +42,16 @@ budget (exactly one):
 allocation:
   sequential  the budget split over all t queries (the baseline)
   uniform     budget / gamma per query, gamma = maximum overlap (Smith et al. 2022)
-  optimal     minimise the total expected squared error subject to the budget at every
-              point of the domain (default); never worse than uniform
+  optimal     minimise the --objective subject to the budget at every point of the
+              domain (default); never worse than uniform for it, optimality gap reported
+
+--objective (what optimal minimises; expected squared errors of the noisy answers):
+  per-table   the sum over workload lines of a line's mean error: every line (table)
+              weighs the same whatever its number of cells, so a small table is not
+              starved next to a large one (default)
+  total       the total over all answers: a table with many cells weighs more
+  max         the largest error of any answer: the equal split budget / gamma, which
+              no allocation beats
 
 --postprocess (comma-separated, applied in order; free: post-processing never costs
 privacy, Dwork & Roth 2014, Prop. 2.1):
@@ -103,10 +111,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--objective",
         choices=("total", "per-table", "max"),
-        default="total",
-        help="what the optimal allocation minimises: the total expected squared error "
-        "(default), the same for each workload line whatever its cell count (per-table), "
-        "or the largest expected error of any answer (max: the equal split)",
+        default="per-table",
+        help="what the optimal allocation minimises: the expected squared error of each "
+        "workload line, every line weighing the same whatever its cell count (per-table, "
+        "the default), the total over all answers (total: a table with many cells weighs "
+        "more), or the largest expected error of any answer (max: the equal split)",
     )
     p.add_argument("--out", metavar="FILE", help="answers file: .csv, .json or .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -156,6 +165,8 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
         "expected_squared_error": dict(plan.expected_sq),
         "out": out,
     }
+    if plan.allocation.name == "optimal":
+        d["objective"] = plan.objective
     if plan.allocation.name == "optimal" and plan.allocation.lower_bound is not None:
         gap = plan.allocation.objective / plan.allocation.lower_bound - 1
         d["optimality_gap"] = max(0.0, gap)
@@ -177,7 +188,8 @@ def print_summary(d: dict[str, Any], stream) -> None:
         f"at most {d['gamma']:g} queries share a point of the domain"
     )
     p(f"budget:       {d['budget']}")
-    p(f"allocation:   {d['allocation']}")
+    obj = f" (objective: {d['objective']})" if d.get("objective") else ""
+    p(f"allocation:   {d['allocation']}{obj}")
     kind = g["kind"]
     up = output.up  # a privacy loss is never shown smaller than it is
     if kind == "pure":

@@ -90,6 +90,10 @@ def per_answer_errors(plan) -> dict[str, list[float]]:
         if name == plan.allocation.name:
             out[name] = [n.expected_abs() for n in plan.noises]
             continue
+        known = plan.allocations.get(name)
+        if known is not None:  # as planned (optimal: for the plan's objective)
+            out[name] = [err(plan.budget.value(float(c))) for c in known.costs]
+            continue
         if name == "sequential" or (name == "uniform" and np.all(w == w[0])):
             # B w_q / sum(w), and B / gamma for equal weights (gamma is in the plan)
             share = w / w.sum() if name == "sequential" else np.full(len(w), 1 / plan.gamma)
@@ -186,6 +190,7 @@ def plot_release(
     for k, ys_ in per_line.items():
         color, marker = styles[k]
         mark = " (released)" if k == plan.allocation.name else ""
+        name = f"{k} ({plan.objective})" if k == "optimal" else k
         total = sum(errors[k])
         ax.plot(
             x,
@@ -194,7 +199,7 @@ def plot_release(
             color=color,
             lw=1.2,
             ms=5,
-            label=f"{k}{mark}: total E|error| {total:,.0f}",
+            label=f"{name}{mark}: total E|error| {total:,.0f}",
         )
     ax.set_yscale("log")
     ax.set_ylabel("expected |error| of one answer")

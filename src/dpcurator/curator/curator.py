@@ -766,7 +766,7 @@ class Curator:
         allocation: str = "optimal",
         table: str | None = None,
         time_limit: float = 30.0,
-        objective: str = "total",
+        objective: str = "per-table",
         _analyst: str | None = None,
     ) -> tuple[Plan, list[Answer]]:
         """Plan a whole workload and release it, all or nothing.

@@ -16,19 +16,32 @@ from dpcurator.planner.allocation import (
 )
 from dpcurator.planner.budget import PlanBudget, round_down
 from dpcurator.planner.consistency import consistent
-from dpcurator.planner.plan import FinalGuarantee, Plan, laplace_alternative, make_plan
+from dpcurator.planner.plan import (
+    OBJECTIVES,
+    Errors,
+    FinalGuarantee,
+    Plan,
+    compare_objectives,
+    laplace_alternative,
+    make_plan,
+    objective_weights,
+)
 
 __all__ = [
     "ALLOCATIONS",
+    "OBJECTIVES",
     "Allocation",
+    "Errors",
     "FinalGuarantee",
     "Plan",
     "PlanBudget",
     "allocate",
+    "compare_objectives",
     "consistent",
     "groups_of",
     "laplace_alternative",
     "make_plan",
+    "objective_weights",
     "optimal",
     "round_down",
     "sequential",

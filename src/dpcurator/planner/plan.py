@@ -88,6 +88,9 @@ class Plan:
     guarantee: FinalGuarantee
     alternative: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default=())
+    objective: str = "per-table"  # what the optimal allocation minimised
+    #: every allocation computed (sequential, uniform, and optimal when computed)
+    allocations: dict[str, Allocation] = field(default_factory=dict)
 
     @property
     def utility_gain(self) -> float:
@@ -290,6 +293,136 @@ def laplace_alternative(t: int, gamma: int, epsilon: float, delta: float) -> dic
     }
 
 
+def objective_weights(
+    queries: Sequence[Query], weights: Sequence[float], objective: str
+) -> np.ndarray | None:
+    """The weights w'_q of ``objective`` written as sum_q w'_q Var_q: the workload's
+    weights for ``total``, divided by the cell count of the query's line for ``per-table``
+    (so each line's mean expected squared error counts once). None for ``max``, which is
+    not a weighted sum."""
+    from dpcurator.planner.allocation import groups_of
+
+    if objective == "max":
+        return None
+    wa = np.asarray(weights, float)
+    if objective == "per-table":
+        g = groups_of(queries)
+        wa = wa / np.bincount(g)[g]
+    return wa
+
+
+def _optimal_for(
+    objective: str,
+    qs: Sequence[Query],
+    w: Sequence[float],
+    budget: PlanBudget,
+    start: Allocation,
+    time_limit: float,
+) -> Allocation:
+    """The optimal allocation for ``objective`` (``start``: the uniform allocation)."""
+    from dpcurator.planner.allocation import optimal, uniform
+
+    wa = objective_weights(qs, w, objective)
+    if wa is None:  # max: the equal split (see make_plan)
+        fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit)
+        return replace(fair, name="optimal")
+    return optimal(qs, wa, budget, time_limit=time_limit, start=start)
+
+
+@dataclass(frozen=True)
+class Errors:
+    """The expected squared errors of one allocation's answers: the exact variances of
+    the discrete noise at the costs as charged, unweighted."""
+
+    allocation: str  # sequential, uniform or optimal
+    objective: str | None  # what an optimal allocation minimised
+    variances: np.ndarray  # one per query
+    groups: np.ndarray  # the workload line (group) of each query
+    lines: tuple[int | None, ...]  # each query's workload line number
+    gap: float | None  # relative optimality gap for its objective (0: proven optimal)
+
+    @property
+    def label(self) -> str:
+        return self.allocation if self.objective is None else f"optimal ({self.objective})"
+
+    @property
+    def total(self) -> float:
+        """The total expected squared error over all answers."""
+        return float(self.variances.sum())
+
+    @property
+    def worst(self) -> float:
+        """The largest expected squared error of any answer."""
+        return float(self.variances.max())
+
+    @property
+    def per_table(self) -> float:
+        """The mean over workload lines of a line's mean expected squared error."""
+        n = np.bincount(self.groups)
+        return float(np.mean(np.bincount(self.groups, weights=self.variances) / n))
+
+    def line(self, line: int) -> float:
+        """The mean expected squared error of the answers of workload line ``line``."""
+        v = [x for x, ln in zip(self.variances, self.lines, strict=True) if ln == line]
+        if not v:
+            raise InvalidParameter(f"no query comes from line {line}")
+        return float(np.mean(v))
+
+    def to_dict(self, line: int | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "allocation": self.allocation,
+            "objective": self.objective,
+            "total_squared_error": self.total,
+            "worst_answer_squared_error": self.worst,
+            "per_table_squared_error": self.per_table,
+            "optimality_gap": self.gap,
+        }
+        if line is not None:
+            d["line"] = line
+            d["line_squared_error"] = self.line(line)
+        return d
+
+
+def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
+    """The expected errors of ``plan``'s queries under the sequential and uniform
+    allocations and the optimal one for each objective (in :data:`OBJECTIVES` order),
+    on the plan's budget. Reuses what the plan computed; solves the other objectives."""
+    from dpcurator.planner.allocation import groups_of
+
+    qs, w, budget = plan.queries, plan.weights, plan.budget
+    allocs = dict(plan.allocations)
+    if "uniform" not in allocs:
+        allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
+    if "sequential" not in allocs:
+        allocs["sequential"] = allocate("sequential", qs, w, budget)
+    groups = groups_of(qs)
+    lines = tuple(q.line for q in qs)
+
+    def errors(a: Allocation, objective: str | None) -> Errors:
+        cache: dict[int, float] = {}
+        var = np.array(
+            [
+                cache.setdefault(id(n), n.variance()) if id(n) not in cache else cache[id(n)]
+                for n in _noises(budget, _values(budget, a.costs))
+            ]
+        )
+        gap = None
+        if objective == "max":
+            gap = 0.0  # the equal split is optimal for the largest error (make_plan)
+        elif objective is not None and a.lower_bound:
+            gap = max(0.0, a.objective / a.lower_bound - 1)
+        return Errors(a.name, objective, var, groups, lines, gap)
+
+    out = [errors(allocs["sequential"], None), errors(allocs["uniform"], None)]
+    for o in OBJECTIVES:
+        if o == plan.objective and "optimal" in allocs:
+            a = allocs["optimal"]
+        else:
+            a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit)
+        out.append(errors(a, o))
+    return out
+
+
 def make_plan(
     queries: Sequence[Query],
     weights: Sequence[float] | None,
@@ -299,14 +432,15 @@ def make_plan(
     available: float | None = None,
     time_limit: float = 30.0,
     compare: bool = True,
-    objective: str = "total",
+    objective: str = "per-table",
 ) -> Plan:
     """Plan a release of ``queries`` under ``guarantee``.
 
-    ``objective`` is what the ``optimal`` allocation minimises: ``total`` (the total
-    expected squared error over all answers, so a table with many cells weighs more),
-    ``per-table`` (each workload line weighs the same, whatever its number of cells: the
-    total error divided, line by line, by the line's cell count) or ``max`` (the largest
+    ``objective`` is what the ``optimal`` allocation minimises: ``per-table`` (the
+    default: each workload line weighs the same, whatever its number of cells — the sum
+    over lines of the line's mean expected squared error, so a small table is not
+    starved next to a large one), ``total`` (the total expected squared error over all
+    answers, so a table with many cells weighs more) or ``max`` (the largest
     expected error of any answer: the equal split B/gamma is optimal for it — any split
     gives some query of the worst point at most B/gamma, so no answer can be made
     better without making that one worse).
@@ -350,19 +484,7 @@ def make_plan(
     allocs["sequential"] = allocate("sequential", qs, w, budget)
     allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
     if allocation == "optimal" or compare:
-        from dpcurator.planner.allocation import groups_of, optimal, uniform
-
-        wa = np.asarray(w, float)
-        if objective == "max":
-            fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit)
-            allocs["optimal"] = replace(fair, name="optimal")
-        else:
-            if objective == "per-table":  # each line (table) weighs the same
-                g = groups_of(qs)
-                wa = wa / np.bincount(g)[g]
-            allocs["optimal"] = optimal(
-                qs, wa, budget, time_limit=time_limit, start=allocs["uniform"]
-            )
+        allocs["optimal"] = _optimal_for(objective, qs, w, budget, allocs["uniform"], time_limit)
         notes.extend(allocs["optimal"].notes)
     expected_abs: dict[str, float] = {}
     expected_sq: dict[str, float] = {}
@@ -398,4 +520,6 @@ def make_plan(
         fin,
         alt,
         tuple(notes),
+        objective,
+        allocs,
     )
