@@ -61,7 +61,10 @@ def solve_boxes(comp: Component, alive: np.ndarray, attrs: list[int], deadline: 
     if got is None:
         got = box_max(lo, hi, comp.w[qs], sizes, deadline, comp.eps)
     best, ub, point, exact = got
-    return Solution(best, ub, {ai: point[d] for d, ai in enumerate(attrs)}, exact)
+    assign = {ai: point[d] for d, ai in enumerate(attrs)}
+    if not exact:  # stopped early: the weight of the point it reports
+        best = float(comp.w[alive & comp.covered(assign)].sum())
+    return Solution(best, ub, assign, exact)
 
 
 def _compress(
