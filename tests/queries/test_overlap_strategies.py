@@ -176,9 +176,9 @@ def test_atoms_keep_an_optimal_value_of_every_attribute(case: Case) -> None:
     # every value's covering set is contained in some atom's (dominance is safe), and
     # each atom's representative value is covered by exactly the atom's queries
     schema, queries, _ = case
-    for j, a in enumerate(schema.attributes):
+    for a in schema.attributes:
         covs = [q.coverage(a.name) for q in queries]
-        at = atoms(a.size, covs, np.arange(len(queries)), j)
+        at = atoms(a.size, covs, np.arange(len(queries)))
         member = np.array([[any(s <= v < e for s, e in c) for c in covs] for v in range(a.size)])
         assert (member[at.pos] == at.cover).all()
         for row in member:

@@ -25,8 +25,6 @@ from dpcurator.queries.predicates import IntervalSet
 class Attr:
     """One attribute of a component: its atoms and who covers them."""
 
-    j: int  # schema index
-    size: int
     qidx: np.ndarray  # local indices of the queries that constrain it
     cover: np.ndarray  # bool (atoms, len(qidx)): atom a is covered by query qidx[k]
     pos: np.ndarray  # a representative value position per atom
@@ -36,7 +34,6 @@ def atoms(
     size: int,
     covs: Sequence[IntervalSet],
     qidx: np.ndarray,
-    j: int,
     cid: np.ndarray | None = None,
 ) -> Attr:
     """Cut ``[0, size)`` into atoms by the membership signature of ``covs``.
@@ -54,7 +51,7 @@ def atoms(
     cover, first = cover[keep], first[keep]
     if cid is not None:
         cover = cover[:, cid]
-    return Attr(j, size, qidx, cover, breaks[first])
+    return Attr(qidx, cover, breaks[first])
 
 
 def _interval_membership(

@@ -48,20 +48,20 @@ def overlap_graph(queries: Sequence[Query]) -> np.ndarray:
             covs.append(p.coverage)
     for j, (idx, covs) in per_attr.items():
         ix = np.asarray(idx)
-        adj[np.ix_(ix, ix)] &= _meet(schema.attributes[j].size, covs, ix, j)
+        adj[np.ix_(ix, ix)] &= _meet(schema.attributes[j].size, covs, ix)
     adj[empty, :] = False
     adj[:, empty] = False
     np.fill_diagonal(adj, False)
     return adj
 
 
-def _meet(size: int, covs: list[IntervalSet], ix: np.ndarray, j: int) -> np.ndarray:
+def _meet(size: int, covs: list[IntervalSet], ix: np.ndarray) -> np.ndarray:
     """Which pairs of coverages of one attribute share a value."""
     if all(len(c) == 1 for c in covs):
         lo = np.array([c[0][0] for c in covs])
         hi = np.array([c[0][1] for c in covs])
         return (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
-    m = atoms(size, covs, ix, j).cover.T.astype(np.float32)
+    m = atoms(size, covs, ix).cover.T.astype(np.float32)
     return (m @ m.T) > 0.5
 
 

@@ -83,7 +83,7 @@ class Component:
     def attrs(self) -> list[Attr]:
         """The atoms of each attribute (positions as in ``attr_ids``)."""
         return [
-            atoms(self.schema.attributes[j].size, self.covs[ai], self.cons[ai], j, self.cid[ai])
+            atoms(self.schema.attributes[j].size, self.covs[ai], self.cons[ai], self.cid[ai])
             for ai, j in enumerate(self.attr_ids)
         ]
 
