@@ -207,7 +207,9 @@ def test_release_a_workload_and_a_batch(tmp_path: Path) -> None:
                 "sex = 'M'",
             ]
             assert out["allocation"] == "optimal" and isinstance(out["notes"], list)
-            assert sum(a["cost"]["amount"] for a in out["answers"][:2]) <= 0.5
+            # every point is in one of the two age queries and one sex cell
+            c = [a["cost"]["amount"] for a in out["answers"]]
+            assert max(c[:2]) + max(c[2:]) <= 0.5
             assert s.charges() == 4
             r = h.post(
                 "/v1/release", json={"queries": ["score < 3", "score >= 3"], "costs": [0.1, 0.2]}

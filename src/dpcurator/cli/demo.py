@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 line_text={q.line: text[q.line - 1].strip() for q in plan.queries},
                 title=f"dpcurator demo: {len(plan.queries):,} cells of the Adult sample, "
                 f"epsilon = {args.epsilon:g}",
+                splits=splits,
             )
     seconds = time.monotonic() - t0
     d = summary(plan, args.out, seconds)

@@ -114,10 +114,14 @@ def plot_release(
     table_line: int | None = None,
     line_text: dict[int, str] | None = None,
     title: str = "",
+    splits: list | None = None,
 ) -> None:
     """Three panels: (a) one released table with its intervals (the released answers
     only, never a true count); (b) the expected error of each answer under sequential,
-    uniform and optimal allocation; (c) the budget each answer cost."""
+    uniform and optimal allocation (with ``splits``, from
+    :func:`dpcurator.planner.compare_objectives`: the standard deviation of each answer
+    under each of them, the optimal one for every objective); (c) the budget each answer
+    cost."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,22 +191,38 @@ def plot_release(
         "uniform": ("tab:orange", "^"),
         "optimal": ("tab:green", "o"),
     }
-    for k, ys_ in per_line.items():
-        color, marker = styles[k]
-        mark = " (released)" if k == plan.allocation.name else ""
-        name = f"{k} ({plan.objective})" if k == "optimal" else k
-        total = sum(errors[k])
-        ax.plot(
-            x,
-            ys_,
-            marker=marker,
-            color=color,
-            lw=1.2,
-            ms=5,
-            label=f"{name}{mark}: total E|error| {total:,.0f}",
-        )
+    series = []  # (label, color, marker, line style, values by line)
+    if splits is None:
+        for k, ys_ in per_line.items():
+            color, marker = styles[k]
+            mark = " (released)" if k == plan.allocation.name else ""
+            name = f"{k} ({plan.objective})" if k == "optimal" else k
+            series.append(
+                (f"{name}{mark}: total E|error| {sum(errors[k]):,.0f}", color, marker, "-", ys_)
+            )
+        ylabel = "expected |error| of one answer"
+    else:
+        more = {"total": ("tab:purple", "D", "--"), "max": ("tab:brown", "v", ":")}
+        for e in splits:
+            if e.objective is None:
+                color, marker = styles[e.allocation]
+                ls = "-"
+            else:
+                color, marker, ls = more.get(e.objective, (*styles["optimal"], "-"))
+            released = e.allocation == plan.allocation.name and e.objective in (
+                None,
+                plan.objective,
+            )
+            mark = " (released)" if released else ""
+            ys_ = [float(np.sqrt(e.line(ln))) for ln in lines]
+            series.append(
+                (f"{e.label}{mark}: total squared error {e.total:,.3g}", color, marker, ls, ys_)
+            )
+        ylabel = "standard deviation of one answer's noise"
+    for label, color, marker, ls, ys_ in series:
+        ax.plot(x, ys_, marker=marker, color=color, lw=1.2, ls=ls, ms=5, label=label)
     ax.set_yscale("log")
-    ax.set_ylabel("expected |error| of one answer")
+    ax.set_ylabel(ylabel)
     ax.set_title(
         "(b) Expected error of each answer, by workload line, under each allocation",
         fontsize=11,
@@ -214,10 +234,11 @@ def plot_release(
 
     ax = fig.add_subplot(gs[2])
     cur = rows[0]["currency"] if rows else ""
+    objective = f", objective {plan.objective}" if plan.allocation.name == "optimal" else ""
     ax.bar(x, cost_line, color="tab:green" if plan.allocation.name == "optimal" else "tab:blue")
     ax.set_ylabel(f"cost of one answer ({cur})")
     ax.set_title(
-        f"(c) Budget spent per query ({plan.allocation.name} allocation)\n"
+        f"(c) Budget spent per query ({plan.allocation.name} allocation{objective})\n"
         "the cells of a line share one cost; disjoint cells share the budget",
         fontsize=11,
         loc="left",
