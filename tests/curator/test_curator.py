@@ -276,3 +276,13 @@ def test_noise_never_spends_more_than_the_ledger_charges(people, eps):
         assert Fraction(1, 2) / Fraction(a.noise_parameter) ** 2 <= Fraction(repr(eps)) * (
             1 + Fraction(1, 10**15)
         )
+
+
+def test_a_schema_may_be_a_dictionary_and_anything_else_is_one_clear_error():
+    frame = pd.DataFrame({"a": [1, 2, 3]})
+    schema = {"attributes": [{"name": "a", "type": "integer", "min": 0, "max": 9}]}
+    with Curator.open(data=frame, schema=schema, budget=PureDP(1.0), ledger=":memory:") as c:
+        assert c.count("a < 3", epsilon=0.5).cost == 0.5
+    for bad in (42, ["a"], None.__class__):
+        with pytest.raises(SchemaError, match="schema must be a Schema, a path"):
+            Curator.open(data=frame, schema=bad, budget=PureDP(1.0), ledger=":memory:")

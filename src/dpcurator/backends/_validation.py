@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dpcurator.errors import InvalidParameter, QueryError, SchemaError
+from dpcurator.errors import InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -52,16 +52,6 @@ class LoadReport:
 def first_line(message: str) -> str:
     """The first non-blank line of an engine's error message."""
     return next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "error")
-
-
-def as_schema(schema: Schema | str | Path | Mapping[str, Any]) -> Schema:
-    if isinstance(schema, Schema):
-        return schema
-    if isinstance(schema, str | Path):
-        return Schema.load(schema)
-    if isinstance(schema, Mapping):
-        return Schema.from_dict(schema)
-    raise SchemaError("schema must be a Schema, a path to a JSON schema or a dictionary")
 
 
 def domain_text(attr: Attribute) -> str:
@@ -134,7 +124,7 @@ def check_load_options(
     show_values: bool = True,
 ) -> LoadOptions:
     """Check the options of a load, in a fixed order, before any data is read."""
-    schema = as_schema(schema)
+    schema = Schema.of(schema)
     if on_invalid not in ("error", "drop"):
         raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
     if not isinstance(separator, str) or not separator:

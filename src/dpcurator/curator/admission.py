@@ -182,8 +182,3 @@ def query_of(schema: Schema, coverage: dict[str, Any], text: str) -> Query | Boo
         return BooleanQuery.from_boxes(schema, parts, text=text)
     covs = {name: tuple(tuple(iv) for iv in ivs) for name, ivs in coverage.items()}
     return Query.from_coverages(schema, covs, text=text)
-
-
-def remaining_after(filt: OverlapFilter, table: str, query: Query) -> Fraction:
-    """A lower bound on the budget left on C_query, from the levels (cheap)."""
-    return filt.budget - filt.quick_local(table, query) - filt.quick_elsewhere(table)

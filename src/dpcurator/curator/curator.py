@@ -30,12 +30,17 @@ from dpcurator.curator.admission import (
     Request,
     check_and_charge,
     query_of,
-    remaining_after,
 )
 from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
-from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, Decision, OverlapFilter
+from dpcurator.curator.overlap_filter import (
+    SOLVER_TIME_LIMIT,
+    Charge,
+    Decision,
+    OverlapFilter,
+    coverage_key,
+)
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
@@ -149,7 +154,7 @@ class Curator:
     def open(
         cls,
         data: object = None,
-        schema: Schema | str | Path | None = None,
+        schema: Schema | str | Path | Mapping[str, Any] | None = None,
         *,
         budget: object,
         ledger: str | Path | None = None,
@@ -227,10 +232,7 @@ class Curator:
                 raise InvalidParameter(f"table names must be non-empty text, got {name!r}")
             if not isinstance(pair, tuple) or len(pair) != 2:
                 raise InvalidParameter(f"table {name!r} must be given as (data, schema)")
-        schemas = {
-            name: (s if isinstance(s, Schema) else Schema.load(s))
-            for name, (_, s) in tables.items()
-        }
+        schemas = {name: Schema.of(s) for name, (_, s) in tables.items()}
         identity = {
             "budget": b.describe(),
             "currency": b.currency,
@@ -402,14 +404,13 @@ class Curator:
             f"have {left}{bound} left of {whose}{tail}"
         )
 
-    def _release(self, p: Prepared, analyst: str | None) -> tuple[int, Fraction, list[Answer]]:
+    def _release(self, p: Prepared, analyst: str | None) -> tuple[int, float, list[Answer]]:
         """Charge one prepared request, then count, add noise and record the answer."""
         self._quota(analyst)  # an unknown analyst is an error before anything else
         noise, half = self._noise(p.cost, p.sensitivity * self._k)  # every limit first
-        ((charge_id, d),) = self._charge(
+        ((charge_id, _),) = self._charge(
             p.table, [Request(p.covered, p.cost.amount, p.kind, p.request, str(noise))], analyst
         )
-        left = self.budget.amount - d.spent - p.cost.amount
         be = self._backends[p.table]
         if p.kind == "sum":
             truth = [int(be.clipped_sum(p.attribute, p.lower, p.upper, p.covered))]
@@ -418,25 +419,25 @@ class Curator:
         drawn = np.atleast_1d(noise.sample(size=len(p.cells), rng=self._rng))
         noisy = [t + int(z) for t, z in zip(truth, drawn, strict=True)]
         name, param = _describe(noise)
-        remaining = self.budget.display(left)
+        self._ledger.record_answer(charge_id, dict(zip(p.labels, noisy, strict=True)))
+        remaining = self._remaining([p.covered], p.table, analyst)[0].value
         cost = self.budget.display(p.cost.amount)
         cur = self.budget.currency
         answers = [
             Answer(label, v, name, param, cost, cur, half, remaining, charge_id)
             for label, v in zip(p.labels, noisy, strict=True)
         ]
-        self._ledger.record_answer(charge_id, dict(zip(p.labels, noisy, strict=True)))
-        return charge_id, left, answers
+        return charge_id, remaining, answers
 
     def _table_answer(self, p: Prepared, analyst: str | None) -> TableAnswer:
         """Disjoint cells of one histogram or marginal: one charge on their union."""
-        charge_id, left, answers = self._release(p, analyst)
+        charge_id, remaining, answers = self._release(p, analyst)
         return TableAnswer(
             p.request,
             tuple(answers),
             self.budget.display(p.cost.amount),
             self.budget.currency,
-            self.budget.display(left),
+            remaining,
             charge_id,
         )
 
@@ -735,11 +736,17 @@ class Curator:
             draws = np.atleast_1d(prepared[param][0].sample(size=len(idx), rng=self._rng))
             for i, z in zip(idx, draws, strict=True):
                 noisy[i] += int(z)
+        self._ledger.record_answers(
+            [
+                (charge_id, {q.text or "total": noisy[i]})
+                for i, (q, (charge_id, _)) in enumerate(zip(qs, charged, strict=True))
+            ]
+        )
+        remaining = self._remaining(qs, t, _analyst)  # after the whole batch
         answers = []
         for i, (q, c, (charge_id, _)) in enumerate(zip(qs, priced, charged, strict=True)):
             noise, half = prepared[c.param]
             name, param = _describe(noise)
-            left = remaining_after(self._filter, t, q)  # after the whole batch: a lower bound
             answers.append(
                 Answer(
                     q.text or "total",
@@ -749,11 +756,10 @@ class Curator:
                     self.budget.display(c.amount),
                     cur,
                     half,
-                    self.budget.display(max(left, Fraction(0))),
+                    remaining[i].value,
                     charge_id,
                 )
             )
-        self._ledger.record_answers([(a.charge_id, {a.query: a.value}) for a in answers])
         return answers
 
     def release_workload(
@@ -847,34 +853,62 @@ class Curator:
 
         The exact maximum-overlap computations run on a fork of the filter, without the
         ledger's lock, within the curator's solver time limit."""
-        q: Query | None = None
-        t: str | None = None
-        if query is not None:
-            t = self._table(table)
-            q = requests.canonical_query(query, self._schema(t))
+        if query is None:
+            return self._remaining([None], None, _analyst)[0]
+        t = self._table(table)
+        return self._remaining([requests.canonical_query(query, self._schema(t))], t, _analyst)[0]
+
+    def _remaining(
+        self, queries: Sequence[Query | None], table: str | None, analyst: str | None
+    ) -> list[Remaining]:
+        """:meth:`remaining_detail` of several queries of one table (None: the worst
+        point), computed on one fork of the filter within one solver time limit; a
+        query whose turn comes after the limit gets the levels' bounds (``exact``
+        False). Answers report these figures, so that an answer says what
+        :meth:`remaining` says right after it."""
         with self._ledger.lock:
             self._sync()
-            quota = self._quota(_analyst)
+            quota = self._quota(analyst)
             fork = self._filter.fork()
         deadline = time.monotonic() + self._time_limit
+        done: dict[tuple, Remaining] = {}
+        out: list[Remaining] = []
+        for q in queries:
+            key = () if q is None else coverage_key(q)
+            if key not in done:
+                done[key] = self._remaining_on(fork, q, table, quota, analyst, deadline)
+            out.append(done[key])
+        with self._ledger.lock:
+            self._filter.adopt(fork, fork.version)
+        return out
 
-        def spent(analyst: str | None) -> tuple[Fraction, bool]:
+    def _remaining_on(
+        self,
+        fork: OverlapFilter,
+        q: Query | None,
+        t: str | None,
+        quota: Fraction | None,
+        analyst: str | None,
+        deadline: float,
+    ) -> Remaining:
+        def spent(who: str | None) -> tuple[Fraction, bool]:
             if q is None:
-                loss = fork.spent_anywhere(analyst, deadline=deadline)
+                loss = fork.spent_anywhere(who, deadline=deadline)
+            elif time.monotonic() >= deadline:  # out of time: the levels' upper bound
+                assert t is not None
+                return fork.quick_local(t, q) + fork.quick_elsewhere(t), False
             else:
                 assert t is not None
-                loss = fork.spent_on(t, q, analyst, deadline=deadline)
+                loss = fork.spent_on(t, q, who, deadline=deadline)
             return loss.value, loss.exact
 
         everyone, exact = spent(None)
         left = self.budget.amount - everyone
         quota_left = None
         if quota is not None:
-            mine, mine_exact = spent(_analyst)
+            mine, mine_exact = spent(analyst)
             quota_left = quota - mine
             exact = exact and mine_exact
-        with self._ledger.lock:
-            self._filter.adopt(fork, fork.version)
         value = left if quota_left is None else min(left, quota_left)
         return Remaining(
             self.budget.display(value),

@@ -76,7 +76,8 @@ def restrict(query: Query | BooleanQuery, to: Query | BooleanQuery) -> Query | B
     return intersection(query, to)
 
 
-def _key(q: Query | BooleanQuery) -> tuple:
+def coverage_key(q: Query | BooleanQuery) -> tuple:
+    """A hashable form of a coverage: equal for queries covering the same boxes."""
     return tuple(tuple((p.attribute.name, p.coverage) for p in b.predicates) for b in q.boxes)
 
 
@@ -129,7 +130,7 @@ def max_loss(
             q = restrict(c.query, within)
         else:
             q = c.query
-        k = _key(q)
+        k = coverage_key(q)
         prev = merged.get(k)
         merged[k] = (q, c.cost + (prev[1] if prev else 0))
     if not merged:

@@ -215,6 +215,21 @@ class Schema:
         return cls(tuple(attrs))
 
     @classmethod
+    def of(cls, schema: object) -> Schema:
+        """A schema given as a :class:`Schema`, a path to its JSON file, or its
+        dictionary (the form :meth:`from_dict` reads); anything else is an error."""
+        if isinstance(schema, Schema):
+            return schema
+        if isinstance(schema, str | Path):
+            return cls.load(schema)
+        if isinstance(schema, Mapping):
+            return cls.from_dict(schema)
+        raise SchemaError(
+            "schema must be a Schema, a path to a JSON schema or a dictionary, "
+            f"got {type(schema).__name__}"
+        )
+
+    @classmethod
     def load(cls, path: str | Path) -> Schema:
         """Read a schema from a JSON file; errors name the file."""
         p = Path(path)
