@@ -369,12 +369,14 @@ def test_method_names_the_strategy_that_decided() -> None:
     )
     res = max_overlap(parse_workload(three_way, cube))
     assert (res.method, res.value, res.exact) == ("search", 10.0, True)
-    # a pendant attribute folds away; the rest is too large to enumerate: the 0/1 program
+    # a pendant attribute folds away; the rest is too large to enumerate and has no
+    # families: branch and bound with the Lagrangian bound (a grid core: the 0/1 program,
+    # tests/queries/test_overlap_hard.py)
     core = _grid(9, 10)
     hard = _random_subsets(rng, core, 40)  # on x0..x7
     hard.append(Query.from_coverages(core, {"x7": ((0, 5),), "x8": ((2, 4),)}))
     res = max_overlap(hard)
-    assert res.exact and res.method == "milp"
+    assert res.exact and res.method == "search"
     assert max_overlap(boxes, time_limit=0.0).method == "bound"
 
 

@@ -15,8 +15,9 @@ cheapest first, and ``OverlapResult.method`` names the one that decided:
   or an upper bound at the deadline);
 * ``eliminate``: variable elimination of pendant attributes, then enumeration of a
   small core (exact);
-* ``search``: branch and bound, pruned by the disjoint ``families``, for a short slice of
-  the time (exact, or gives up);
+* ``search``: branch and bound, pruned by a Lagrangian bound where that is below the
+  families' (``lagrangian``; exact, or an upper bound at the deadline), else by the
+  disjoint ``families`` for a short slice of the time (exact, or gives up);
 * ``milp``: the 0/1 program on the core, by HiGHS (exact, or its dual bound);
 * ``colouring``: the paper's colouring bound (an upper bound, for comparison).
 
@@ -43,6 +44,7 @@ from dpcurator.queries.overlap.colouring import colouring_bound, overlap_graph
 from dpcurator.queries.overlap.component import Component, Solution
 from dpcurator.queries.overlap.dense import dense_max_overlap
 from dpcurator.queries.overlap.eliminate import Core, reduce_to_core, solve_eliminated
+from dpcurator.queries.overlap.lagrangian import solve_lagrangian
 from dpcurator.queries.overlap.milp import solve_milp
 from dpcurator.queries.overlap.result import ColouringResult, OverlapResult, as_number, hardest
 from dpcurator.queries.overlap.split import Split, prepare, split_components, unions
@@ -119,6 +121,9 @@ def _decide(
     sol = solve_eliminated(comp, core)
     if sol is not None:  # a forest (elimination is exact), or a small core
         return "eliminate", sol
+    sol = solve_lagrangian(comp, core, deadline)  # None where the families bound better
+    if sol is not None:
+        return "search", sol
     if len(core.attrs) < len(everything):  # elimination folded a part: the 0/1 program
         return core
     try:
