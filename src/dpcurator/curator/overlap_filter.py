@@ -249,6 +249,19 @@ class _TableIndex:
             return []
         return np.flatnonzero(self._hull_mask(query)).tolist()
 
+    def within_hull(self, query: Query, positions: list[int]) -> list[int]:
+        """Those of ``positions`` whose charge's hull lies inside the query's hull: a
+        superset of the charges C_query contains (a few vector operations, so that the
+        exact containment test runs on few charges)."""
+        if not positions:
+            return []
+        pos = np.array(positions, dtype=np.int64)
+        mask = np.ones(len(pos), dtype=bool)
+        for name, (lo, hi) in hull(query).items():
+            j = self.names[name]
+            mask &= (self.lo[pos, j] >= lo) & (self.hi[pos, j] <= hi)
+        return pos[mask].tolist()
+
     def candidates(self, query: Query) -> list[Charge]:
         """The charges whose hulls meet ``query``'s: a superset of those overlapping it."""
         return [self.charges[i] for i in self.candidate_positions(query)]
@@ -391,7 +404,7 @@ class OverlapFilter:
         loss = max_loss(near, within=query, time_limit=_left(deadline))
         if analyst is None and loss.exact:
             # Every point of a charge inside C_query has lost at most this much.
-            for i in positions:
+            for i in index.within_hull(query, positions):
                 if contains(query, index.charges[i].query):
                     index.lower(i, loss.value)
         return loss

@@ -63,18 +63,40 @@ def dense_max_overlap(
                 best = got
         return best
     schema = queries[0].schema
-    live = [i for i, q in enumerate(queries) if not q.is_empty and weights[i] > 0]
+    # With ``within``, the grid spans only the hull of C_within on each attribute it
+    # constrains: every coverage is clipped to that hull (a query missing it adds
+    # nothing there), so a small ``within`` makes a small grid.
     ends: dict[str, set[int]] = {}
+    hull: dict[str, tuple[int, int]] = {}
     for p in within.predicates if within is not None else ():
-        e = ends[p.attribute.name] = {0, p.attribute.size}
+        lo, hi = p.coverage[0][0], p.coverage[-1][1]
+        hull[p.attribute.name] = (lo, hi)
+        e = ends[p.attribute.name] = {lo, hi}
         for s, t in p.coverage:
             e.add(s)
             e.add(t)
+    live: list[int] = []
+    clipped: dict[int, list[tuple[str, tuple[tuple[int, int], ...]]]] = {}
+    for i, q in enumerate(queries):
+        if q.is_empty or weights[i] <= 0:
+            continue
+        covs = []
+        for p in q.predicates:
+            name, cov = p.attribute.name, p.coverage
+            if name in hull:
+                lo, hi = hull[name]
+                cov = tuple((max(s, lo), min(t, hi)) for s, t in cov if max(s, lo) < min(t, hi))
+                if not cov:
+                    break
+            covs.append((name, cov))
+        else:
+            live.append(i)
+            clipped[i] = covs
     for n, i in enumerate(live):
-        for p in queries[i].predicates:
-            found = ends.get(p.attribute.name)
-            bounds = ends[p.attribute.name] = {0, p.attribute.size} if found is None else found
-            for s, t in p.coverage:
+        for name, cov in clipped[i]:
+            found = ends.get(name)
+            bounds = ends[name] = {0, schema.attribute(name).size} if found is None else found
+            for s, t in cov:
                 bounds.add(s)
                 bounds.add(t)
         # Give up early on large grids: the product only grows.
@@ -96,9 +118,9 @@ def dense_max_overlap(
     column = {name: j for j, name in enumerate(names)}
     for i in live:
         per_attr: list = list(full)
-        for p in queries[i].predicates:
-            j = column[p.attribute.name]
-            per_attr[j] = tuple((where[j][s], where[j][e]) for s, e in p.coverage)
+        for name, cov in clipped[i]:
+            j = column[name]
+            per_attr[j] = tuple((where[j][s], where[j][e]) for s, e in cov)
         wi = float(weights[i])
         for combo in itertools.product(*per_attr):
             lows.append(tuple(c[0] for c in combo))
