@@ -281,8 +281,8 @@ class LagrangianSearch:
         return x
 
     def restarts(self, best: float, x: np.ndarray, stop: float) -> tuple[float, np.ndarray]:
-        """The best of ``x`` and coordinate ascent from a few random points (a fixed
-        seed: the same answer on every run), until ``stop``."""
+        """The best of ``x`` and coordinate ascent from a few random points (always the
+        same ones, so that a run is reproducible), until ``stop``."""
         rng = np.random.default_rng(0)
         for _ in range(_RESTARTS):
             if time.monotonic() > stop:
