@@ -123,7 +123,7 @@ def run(name: str, d: dict, epsilon: float) -> list[dict]:
         t0 = time.perf_counter()
         with Curator.open(data=d["data"], schema=schema, budget=PureDP(epsilon), **opts) as cur:
             t1 = time.perf_counter()
-            plan = make_plan(wl.queries, wl.weights, PureDP(epsilon), "optimal")
+            plan = make_plan(wl.queries, wl.weights, PureDP(epsilon), "optimal", objective="total")
             t2 = time.perf_counter()
             ans = cur.release(list(plan.queries), list(plan.values))
             buf = io.StringIO()

@@ -255,11 +255,20 @@ class Client:
         rho: float | None = None,
         mu: float | None = None,
         allocation: str = "optimal",
+        objective: str = "per-table",
         table: str | None = None,
     ) -> tuple[dict[str, Any], list[Answer]]:
-        """Plan and release a workload; returns (the plan's summary, the answers)."""
+        """Plan and release a workload; returns (the plan's summary, the answers).
+        ``objective``: what the optimal allocation minimises (``total``, ``per-table``
+        or ``max``), as in :meth:`Curator.release_workload`."""
         body = self._body(
-            workload=workload, epsilon=epsilon, rho=rho, mu=mu, allocation=allocation, table=table
+            workload=workload,
+            epsilon=epsilon,
+            rho=rho,
+            mu=mu,
+            allocation=allocation,
+            objective=objective,
+            table=table,
         )
         out = self._call("POST", "/v1/release", json=body)
         return {k: v for k, v in out.items() if k != "answers"}, [_answer(a) for a in out["answers"]]

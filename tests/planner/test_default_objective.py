@@ -1,6 +1,6 @@
 """per-table is the default objective everywhere a workload is planned: the curator's
 ``release_workload`` (and an analyst's session) and the HTTP service's ``/v1/release``
-(which has no objective of its own). The CLI's default is tested with the CLI."""
+(and its client). The CLI's default is tested with the CLI."""
 
 from __future__ import annotations
 
@@ -88,9 +88,27 @@ def test_service_release_default_is_per_table(curator) -> None:
             json={"workload": WORKLOAD, "epsilon": 0.5},
             headers={"Authorization": f"Bearer {token}"},
         )
-    assert r.status_code == 200, r.text
-    out = r.json()
-    assert out["allocation"] == "optimal"
-    got = [a["cost"]["amount"] for a in out["answers"]]
-    assert got == pytest.approx(costs("per-table", 0.5), rel=1e-9)
-    assert got != pytest.approx(costs("total", 0.5), rel=1e-2)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["allocation"] == "optimal" and out["objective"] == "per-table"
+        got = [a["cost"]["amount"] for a in out["answers"]]
+        assert got == pytest.approx(costs("per-table", 0.5), rel=1e-9)
+        assert got != pytest.approx(costs("total", 0.5), rel=1e-2)
+        # Asked for: another objective, and one that does not exist (nothing charged).
+        r = client.post(
+            "/v1/release",
+            json={"workload": WORKLOAD, "epsilon": 0.25, "objective": "total"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["objective"] == "total"
+        got = [a["cost"]["amount"] for a in r.json()["answers"]]
+        assert got == pytest.approx(costs("total", 0.25), rel=1e-9)
+        charges = len(curator.history())
+        r = client.post(
+            "/v1/release",
+            json={"workload": WORKLOAD, "epsilon": 0.1, "objective": "fairest"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status_code == 422 and "objective" in r.text
+        assert len(curator.history()) == charges

@@ -40,6 +40,9 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "sum": s.sum("age", 0, 99, "sex = 'F'", epsilon=0.5),
         "release": s.release(["score < 5", "score >= 5"], [0.25, 0.5]),
         "workload": s.release_workload("age < 50\nhistogram(sex)", epsilon=0.5)[1],
+        "workload, total": s.release_workload(
+            "age < 50\nhistogram(score)", epsilon=0.5, objective="total"
+        )[1],
         "estimate": s.estimate("marginal", attributes=["sex", "score"], epsilon=0.5),
         "remaining": s.remaining("age < 30"),
         "remaining_detail": s.remaining_detail(),

@@ -243,11 +243,13 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             rho=body.rho,
             mu=body.mu,
             allocation=body.allocation,
+            objective=body.objective,
             table=body.table,
         )
         return m.ReleaseOut(
             answers=[_answer(a) for a in answers],
             allocation=plan.allocation.name,
+            objective=plan.objective,
             gamma=plan.gamma,
             utility_gain=plan.utility_gain,
             notes=list(plan.notes),

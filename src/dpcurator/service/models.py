@@ -78,6 +78,11 @@ class ReleaseRequest(_Cost):
         default=None, description="workload text: a query, histogram(...) or marginal(...) a line"
     )
     allocation: Literal["sequential", "uniform", "optimal"] = "optimal"
+    objective: Literal["total", "per-table", "max"] = Field(
+        default="per-table",
+        description="what the optimal allocation minimises: the total squared error, "
+        "each workload line's mean squared error weighing the same, or the largest error",
+    )
     queries: list[str] | None = None
     costs: list[Number] | None = None
 
@@ -154,6 +159,7 @@ class TableAnswerOut(BaseModel):
 class ReleaseOut(BaseModel):
     answers: list[AnswerOut]
     allocation: str | None = None
+    objective: str | None = None
     gamma: float | None = None
     utility_gain: float | None = None
     notes: list[str] = []
