@@ -11,7 +11,9 @@ class Answer:
 
     ``value`` is the true statistic plus exact integer noise; ``interval`` is the 95%
     interval ``value ± half_width`` computed from the exact noise distribution;
-    ``remaining`` is the budget left on the points the request covered, after it.
+    ``remaining`` is what :meth:`Curator.remaining` reports on the points the request
+    covered right after it (for an analyst, the smaller of her quota left and the
+    budget left there).
     """
 
     query: str
