@@ -131,12 +131,12 @@ def dense_max_overlap(
     if k == 0:
         value = float(sum(box_w))
     else:
-        lo = np.array(lows, dtype=np.int64).reshape(-1, k)
-        hi = np.array(highs, dtype=np.int64).reshape(-1, k)
+        starts = np.array(lows, dtype=np.int64).reshape(-1, k)
+        stops = np.array(highs, dtype=np.int64).reshape(-1, k)
         wb = np.array(box_w)
         diff = np.zeros(tuple(n + 1 for n in shape))
         for corner in itertools.product((0, 1), repeat=k):
-            idx = tuple(np.where(c, hi[:, j], lo[:, j]) for j, c in enumerate(corner))
+            idx = tuple(np.where(c, stops[:, j], starts[:, j]) for j, c in enumerate(corner))
             sign = -1.0 if sum(corner) % 2 else 1.0
             np.add.at(diff, idx, sign * wb)
         for axis in range(k):
