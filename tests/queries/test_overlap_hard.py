@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpcurator.queries import Attribute, Query, Schema, max_overlap, parse_workload
-from dpcurator.queries.overlap.lagrangian import LagrangianSearch
+from dpcurator.queries.overlap.eliminate import reduce_to_core
+from dpcurator.queries.overlap.lagrangian import LagrangianSearch, solve_lagrangian
+from dpcurator.queries.overlap.split import prepare, split_components
 from dpcurator.queries.predicates import normalize
 
 SLOW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -162,6 +164,30 @@ def test_random_subsets_are_decided_by_the_lagrangian_search(seed: int) -> None:
     assert res.value == pytest.approx(_brute_queries(schema, queries, w), abs=1e-9)
     assert res.lower_bound == pytest.approx(math.fsum(w[i] for i in res.witness_queries), abs=1e-9)
     assert all(queries[i].covers(res.witness) for i in res.witness_queries)
+
+
+@pytest.mark.parametrize("marginals", [False, True])
+def test_families_leave_the_core_to_the_other_strategies(marginals: bool) -> None:
+    # random subsets: the Lagrangian search decides, exactly; with two marginal tables
+    # (a quarter of the weight in families of disjoint cells) it declines
+    rng = np.random.default_rng(3)
+    schema = Schema(tuple(Attribute(f"x{i}", "integer", min=0, max=4) for i in range(8)))
+    queries = _subsets(rng, schema, 60)
+    w = rng.integers(1, 4, 60) / 2.0
+    if marginals:
+        queries += parse_workload("marginal(x0, x1)\nmarginal(x2, x3)", schema).queries
+        w = np.r_[w, np.full(50, 0.5)]
+    qs, ws, integral = prepare(queries, w)
+    parts = split_components(qs, ws, 0.0 if integral else 1e-9 * max(1.0, float(ws.sum())))
+    comp = max(parts.components, key=lambda c: len(c.w))
+    sol = solve_lagrangian(comp, reduce_to_core(comp), math.inf)
+    if marginals:
+        assert sol is None
+        return
+    assert sol is not None and sol.exact
+    members = [int(i) for i in comp.local]
+    best = _brute_queries(schema, [queries[i] for i in members], w[members])
+    assert sol.value == pytest.approx(best, abs=1e-9)
 
 
 def test_a_time_limit_gives_a_safe_bound() -> None:

@@ -38,9 +38,10 @@ T + eps (the solver's tolerance for equal weights), and a certified T is reporte
 T + eps. Every reported bound is thus >= the true maximum.
 
 When it applies: a core (what elimination leaves) of at most a few million atom-query
-incidences, when its root Lagrangian bound is below the disjoint-family bound (random
-subsets; not grids of marginals, where the families' bound is the number of tables and
-the 0/1 program with family rows is much stronger). Exact, or an upper bound at the
+incidences, with at most a tenth of its weight in families of pairwise-disjoint queries
+and a root Lagrangian bound below the families' bound (random subsets; not grids of
+marginals or histogram bins, which the bound above ignores and the 0/1 program's family
+rows capture: its LP bound for marginal tables is the number of tables). Exact, or an upper bound at the
 deadline. Cost: exponential in the worst case; about 0.1-0.3 ms per node.
 """
 
@@ -62,12 +63,16 @@ from dpcurator.queries.overlap.eliminate import Core, back_substitute
 _MAX_CELLS, _MAX_SCORES = 4_000_000, 200_000
 #: Subgradient steps at the root, and at the nodes of depth < _OPT_DEPTH.
 _ROOT_STEPS, _NODE_STEPS, _OPT_DEPTH = 300, 10, 3
-#: Random restarts of coordinate ascent, and the share of the time limit (and cap, in
-#: seconds) they may take; the same for the root multipliers.
-_RESTARTS, _ASCENT_SHARE, _ROOT_SHARE = 30, (0.05, 1.0), (0.1, 5.0)
+#: Random restarts of coordinate ascent (stopping after _STALE in a row find nothing
+#: better), and the share of the time limit (and cap, in seconds) they may take; the
+#: same for the root multipliers.
+_RESTARTS, _STALE, _ASCENT_SHARE, _ROOT_SHARE = 30, 8, (0.05, 1.0), (0.1, 5.0)
 #: Subgradient steps after which the root gives up if its bound is not below the
 #: disjoint-family bound.
 _ROOT_TRIAL = 30
+#: Largest share of the core's query weight in disjoint families (two or more queries)
+#: for this search: the families' rows make the 0/1 program stronger than this bound.
+_FAMILY_SHARE = 0.1
 #: Share of the remaining time for the first attempt at an exact answer.
 _EXACT_SHARE = 0.3
 
@@ -77,6 +82,8 @@ def solve_lagrangian(comp: Component, core: Core, deadline: float) -> Solution |
     upper bound at ``deadline``; None when the core is too large or its root Lagrangian
     bound is not below the disjoint-family bound (the 0/1 program is then the better
     tool)."""
+    if _family_share(comp, core) > _FAMILY_SHARE:
+        return None
     integral = bool(np.all(comp.w == np.round(comp.w)))
     search = LagrangianSearch.from_core(comp, core, integral)
     if search is None:
@@ -88,7 +95,8 @@ def solve_lagrangian(comp: Component, core: Core, deadline: float) -> Solution |
     lam, root = search.root(best, family - core.const, _share(start, deadline, _ROOT_SHARE))
     if core.const + root >= family:
         return None
-    best, x = search.restarts(best, x, _share(start, deadline, _ASCENT_SHARE))
+    if not search.prunes(root, best):  # a better point saves nodes
+        best, x = search.restarts(best, x, _share(start, deadline, _ASCENT_SHARE))
     upper, best, x, exact = search.run(lam, root, best, x, deadline)
     assign = back_substitute(comp, core, search.atoms(x))
     got = float(comp.w[comp.covered(assign)].sum())
@@ -98,6 +106,17 @@ def solve_lagrangian(comp: Component, core: Core, deadline: float) -> Solution |
     upper = core.const + upper
     upper = math.floor(upper + 1e-6) if integral else upper
     return Solution(got, max(min(upper, family), got), assign, False)
+
+
+def _family_share(comp: Component, core: Core) -> float:
+    """The share of the core queries' weight in families of two or more queries."""
+    qs = np.flatnonzero(core.queries)
+    total = float(comp.w[qs].sum())
+    if not total:
+        return 0.0
+    gid = comp.families.gid[qs]
+    _, inv, counts = np.unique(gid, return_inverse=True, return_counts=True)
+    return float(comp.w[qs][counts[inv.ravel()] > 1].sum()) / total
 
 
 def _share(start: float, deadline: float, share: tuple[float, float]) -> float:
@@ -284,11 +303,13 @@ class LagrangianSearch:
         """The best of ``x`` and coordinate ascent from a few random points (always the
         same ones, so that a run is reproducible), until ``stop``."""
         rng = np.random.default_rng(0)
+        stale = 0
         for _ in range(_RESTARTS):
-            if time.monotonic() > stop:
+            if time.monotonic() > stop or stale >= _STALE:
                 break
             y = self.coordinate_ascent((rng.random(self.na) * self.sizes).astype(np.int64))
             v = self.value(y)
+            stale = stale + 1 if v <= best + self.pad else 0
             if v > best:
                 best, x = v, y
         return best, x
