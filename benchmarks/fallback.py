@@ -1,6 +1,6 @@
 """How often the curator's exact budget check falls back to a safe upper bound.
 
-    .venv/bin/python benchmarks/fallback.py [--answered 10000] [--probes 40] [--before TREE]
+    .venv/bin/python benchmarks/fallback.py [--answered 10000] [--probes 200] [--before TREE]
 
 A table of the Adult schema (examples/adult/schema.json) has ``--answered`` random
 answered queries, drawn with replacement from the queries of the Adult workloads
@@ -13,7 +13,10 @@ prefix-sum limit count: below it the check is exact by construction. Also report
 whole-table worst loss (what other tables are charged at).
 
 ``--before TREE`` runs the same measurement, in the same run and with the same draws,
-on another source tree (a ``git worktree`` of an older commit) and prints both.
+on another source tree (a ``git worktree`` of an older commit) and prints both; the two
+trees take turns over ``--rounds`` slices of the probes, so that a change of load on
+the machine falls on both (the checks take seconds, close to the time limit, so the
+rate depends on the load).
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ COSTS = (Fraction(1, 100), Fraction(1, 50), Fraction(1, 20))
 SCALE = 100  # a common denominator of the costs: the solver's integer weights
 
 
-def measure(answered: int, probes: int, seed: int) -> dict[str, object]:
-    """Fallback counts and check times on the source tree first on ``sys.path``."""
+def measure(answered: int, probes: int, seed: int, first: int, count: int) -> dict[str, object]:
+    """Probes ``first`` .. ``first + count - 1`` (of ``probes`` drawn) on the source tree
+    first on ``sys.path``: whether each exceeded the dense limit, fell back, and took how
+    long; with ``first == 0``, also the whole-table worst loss."""
     import numpy as np
 
     from dpcurator.curator import overlap_filter as of
@@ -53,8 +58,8 @@ def measure(answered: int, probes: int, seed: int) -> dict[str, object]:
         cost = COSTS[int(rng.integers(0, len(COSTS)))]
         filt.add(of.Charge(i, "adult", None, pool[k], cost, Fraction(10**6)))
     index = filt._tables["adult"]
-    over, fallbacks, times = 0, 0, []
-    for k in rng.integers(0, len(pool), probes).tolist():
+    fallbacks, times = [], []
+    for k in rng.integers(0, len(pool), probes).tolist()[first : first + count]:
         q = pool[k]
         near = index.candidates(q)
         weights = np.array([float(c.cost * SCALE) for c in near])
@@ -63,23 +68,18 @@ def measure(answered: int, probes: int, seed: int) -> dict[str, object]:
             and dense_max_overlap([c.query for c in near], weights, within=q) is not None
         ):
             continue  # exact by prefix sums
-        over += 1
         fork = filt.fork()
         t0 = time.perf_counter()
         loss = fork.local("adult", q, deadline=time.monotonic() + of.SOLVER_TIME_LIMIT)
         times.append(time.perf_counter() - t0)
-        fallbacks += not loss.exact
-    t0 = time.perf_counter()
-    worst = of.max_loss(filt.charges("adult"), time_limit=of.SOLVER_TIME_LIMIT)
-    return {
-        "probes": probes,
-        "over_dense_limit": over,
-        "fallbacks": fallbacks,
-        "p50": statistics.median(times) if times else 0.0,
-        "p95": float(np.quantile(times, 0.95)) if times else 0.0,
-        "worst_exact": worst.exact,
-        "worst_seconds": time.perf_counter() - t0,
-    }
+        fallbacks.append(not loss.exact)
+    out: dict[str, object] = {"fallbacks": fallbacks, "times": times}
+    if first == 0:
+        t0 = time.perf_counter()
+        worst = of.max_loss(filt.charges("adult"), time_limit=of.SOLVER_TIME_LIMIT)
+        out["worst_exact"] = worst.exact
+        out["worst_seconds"] = time.perf_counter() - t0
+    return out
 
 
 def _dense():  # the dense path moved into the overlap package; older trees have it here
@@ -90,16 +90,10 @@ def _dense():  # the dense path moved into the overlap package; older trees have
     return dense_max_overlap
 
 
-def run(tree: Path, args: argparse.Namespace) -> dict[str, object]:
-    cmd = [sys.executable, __file__, "--worker", str(tree / "src")]
-    cmd += [
-        "--answered",
-        str(args.answered),
-        "--probes",
-        str(args.probes),
-        "--seed",
-        str(args.seed),
-    ]
+def run(tree: Path, args: argparse.Namespace, first: int, count: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", str(tree / "src"), "--first", str(first)]
+    cmd += ["--count", str(count), "--answered", str(args.answered), "--probes", str(args.probes)]
+    cmd += ["--seed", str(args.seed)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -107,29 +101,41 @@ def run(tree: Path, args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--answered", type=int, default=10_000)
-    ap.add_argument("--probes", type=int, default=40)
+    ap.add_argument("--probes", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=4, help="alternate the trees this often")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--before", type=Path, help="another source tree to measure too")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker is not None:
         sys.path.insert(0, str(args.worker))
-        print(json.dumps(measure(args.answered, args.probes, args.seed)))
+        got = measure(args.answered, args.probes, args.seed, args.first, args.count)
+        print(json.dumps(got))
         return
     trees = [("after", ROOT)] + ([("before", args.before)] if args.before else [])
+    results: dict[str, dict] = {label: {"fallbacks": [], "times": []} for label, _ in trees}
+    step = -(-args.probes // args.rounds)
+    for first in range(0, args.probes, step):  # alternate: the load changes over a run
+        for label, tree in trees:
+            got = run(tree, args, first, min(step, args.probes - first))
+            for key in ("fallbacks", "times"):
+                results[label][key] += got.pop(key)
+            results[label].update(got)
     head = f"{'tree':<8}{'answered':>9}{'probes':>8}{'over':>6}{'fallback':>10}{'rate':>7}"
     head += f"{'p50 s':>8}{'p95 s':>8}{'worst':>8}{'worst s':>9}"
     print(head)
     print("-" * len(head))
-    for label, tree in trees:
-        r = run(tree, args)
-        over = int(r["over_dense_limit"])  # type: ignore[call-overload]
-        rate = f"{r['fallbacks'] / over:.0%}" if over else "-"  # type: ignore[operator]
+    for label, r in results.items():
+        over, falls, times = len(r["times"]), sum(r["fallbacks"]), sorted(r["times"])
+        rate = f"{falls / over:.0%}" if over else "-"
+        p50 = statistics.median(times) if times else 0.0
+        p95 = times[min(len(times) - 1, int(0.95 * len(times)))] if times else 0.0
         print(
-            f"{label:<8}{args.answered:>9}{r['probes']:>8}{over:>6}{r['fallbacks']:>10}{rate:>7}"
-            f"{r['p50']:8.2f}{r['p95']:8.2f}{'exact' if r['worst_exact'] else 'bound':>8}"
-            f"{r['worst_seconds']:9.2f}",
-            flush=True,
+            f"{label:<8}{args.answered:>9}{args.probes:>8}{over:>6}{falls:>10}{rate:>7}"
+            f"{p50:8.2f}{p95:8.2f}{'exact' if r['worst_exact'] else 'bound':>8}"
+            f"{r['worst_seconds']:9.2f}"
         )
 
 
