@@ -79,9 +79,9 @@ _EXACT_SHARE = 0.3
 
 def solve_lagrangian(comp: Component, core: Core, deadline: float) -> Solution | None:
     """The component's optimum by Lagrangian branch and bound on ``core``: exact, or an
-    upper bound at ``deadline``; None when the core is too large or its root Lagrangian
-    bound is not below the disjoint-family bound (the 0/1 program is then the better
-    tool)."""
+    upper bound at ``deadline``; None when the core is too large, has more than a tenth
+    of its weight in disjoint families, or its root Lagrangian bound is not below the
+    families' bound (the 0/1 program is then the better tool)."""
     if _family_share(comp, core) > _FAMILY_SHARE:
         return None
     integral = bool(np.all(comp.w == np.round(comp.w)))
@@ -90,7 +90,9 @@ def solve_lagrangian(comp: Component, core: Core, deadline: float) -> Solution |
         return None
     start = time.monotonic()
     family = comp.bound(np.ones(len(comp.w), bool))
-    x = search.coordinate_ascent(np.argmax(search.u, axis=1))
+    x = search.coordinate_ascent(
+        np.argmax(search.u, axis=1), _share(start, deadline, _ASCENT_SHARE)
+    )
     best = search.value(x)
     lam, root = search.root(best, family - core.const, _share(start, deadline, _ROOT_SHARE))
     if core.const + root >= family:
@@ -279,13 +281,14 @@ class LagrangianSearch:
         bad = np.bincount(self.pq[~ok], minlength=self.nq)
         return float(self.u[np.arange(self.na), x].sum() + self.w[bad == 0].sum())
 
-    def coordinate_ascent(self, x: np.ndarray) -> np.ndarray:
-        """Each attribute in turn takes its best atom given the others, until none moves."""
+    def coordinate_ascent(self, x: np.ndarray, stop: float = math.inf) -> np.ndarray:
+        """Each attribute in turn takes its best atom given the others, until none moves
+        (or ``stop``: every point is a valid start)."""
         x = x.copy()
         pairs = np.arange(len(self.pq))
         by_attr = [np.flatnonzero(self.pa == j) for j in range(self.na)]
         moved = True
-        while moved:
+        while moved and time.monotonic() < stop:
             moved = False
             for j in range(self.na):
                 ok = self.member[pairs, x[self.pa]]
@@ -307,7 +310,8 @@ class LagrangianSearch:
         for _ in range(_RESTARTS):
             if time.monotonic() > stop or stale >= _STALE:
                 break
-            y = self.coordinate_ascent((rng.random(self.na) * self.sizes).astype(np.int64))
+            y = rng.random(self.na) * self.sizes
+            y = self.coordinate_ascent(y.astype(np.int64), stop)
             v = self.value(y)
             stale = stale + 1 if v <= best + self.pad else 0
             if v > best:
