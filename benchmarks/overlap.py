@@ -1,4 +1,4 @@
-"""Benchmark of exact maximum overlap against the paper's colouring bound (issue 3).
+"""Benchmark of exact maximum overlap against the paper's colouring bound.
 
 Cases:
   (a) Adult (Becker & Kohavi 1996, UCI, CC BY 4.0; schema examples/adult/schema.json,

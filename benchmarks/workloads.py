@@ -1,4 +1,4 @@
-"""Benchmark: releasing workloads with the planner (issue 6).
+"""Benchmark: releasing workloads with the planner.
 
 For Adult and census-income (../shared/data, UCI, CC BY 4.0), workloads of all 1-, 2- and
 3-way marginals over chosen attributes, random range counts, and a mixture (a total and

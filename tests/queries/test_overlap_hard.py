@@ -160,7 +160,7 @@ def test_random_subsets_are_decided_by_the_lagrangian_search(seed: int) -> None:
     # fractional weights (integral ones on a domain this small go to the dense grid)
     w = rng.integers(1, 4, len(queries)) / (2.0 if seed % 2 else 3.0)
     res = max_overlap(queries, w)
-    assert res.exact and res.method == "search"
+    assert res.exact and res.method == "lagrangian"
     assert res.value == pytest.approx(_brute_queries(schema, queries, w), abs=1e-9)
     assert res.lower_bound == pytest.approx(math.fsum(w[i] for i in res.witness_queries), abs=1e-9)
     assert all(queries[i].covers(res.witness) for i in res.witness_queries)
@@ -195,7 +195,7 @@ def test_a_time_limit_gives_a_safe_bound() -> None:
     schema = Schema(tuple(Attribute(f"c{i}", "integer", min=0, max=9) for i in range(10)))
     queries = _subsets(rng, schema, 200)
     exact = max_overlap(queries)
-    assert exact.exact and exact.method == "search"
+    assert exact.exact and exact.method == "lagrangian"
     for limit in (0.0, 0.05, 0.3):
         res = max_overlap(queries, time_limit=limit)
         assert res.value >= exact.value

@@ -376,7 +376,7 @@ def test_method_names_the_strategy_that_decided() -> None:
     hard = _random_subsets(rng, core, 40)  # on x0..x7
     hard.append(Query.from_coverages(core, {"x7": ((0, 5),), "x8": ((2, 4),)}))
     res = max_overlap(hard)
-    assert res.exact and res.method == "search"
+    assert res.exact and res.method == "lagrangian"
     assert max_overlap(boxes, time_limit=0.0).method == "bound"
 
 

@@ -123,7 +123,7 @@ def _decide(
         return "eliminate", sol
     sol = solve_lagrangian(comp, core, deadline)  # None where the families bound better
     if sol is not None:
-        return "search", sol
+        return "lagrangian", sol
     if len(core.attrs) < len(everything):  # elimination folded a part: the 0/1 program
         return core
     try:

@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 #: The strategies that can decide a result, cheapest first. With several components,
 #: ``method`` names the most expensive strategy any of them needed; ``"bound"`` means a
 #: time limit stopped the search and ``value`` is a safe upper bound.
-METHODS = ("empty", "atoms", "dense", "boxes", "eliminate", "search", "milp", "bound")
+METHODS = (
+    "empty",
+    "atoms",
+    "dense",
+    "boxes",
+    "eliminate",
+    "search",
+    "lagrangian",
+    "milp",
+    "bound",
+)
 
 
 @dataclass(frozen=True)
@@ -27,7 +37,8 @@ class OverlapResult:
     strategy that decided (see :data:`METHODS`): ``"empty"`` (no queries), ``"atoms"``
     (a point read off the atoms: shared values, lone queries, one attribute),
     ``"dense"`` (prefix sums on a small segment grid), ``"boxes"`` (slab sweep),
-    ``"eliminate"`` (variable elimination), ``"search"`` (branch and bound), ``"milp"``
+    ``"eliminate"`` (variable elimination), ``"search"`` (branch and bound with the
+    families bound), ``"lagrangian"`` (branch and bound with a Lagrangian bound), ``"milp"``
     (the 0/1 program) or ``"bound"`` (time limit reached: an upper bound).
     """
 
