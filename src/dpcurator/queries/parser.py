@@ -287,7 +287,7 @@ class _Parser:
                     'marker, so IS NULL means nothing here (a schema declares one with "missing")'
                 )
             pos = attr.position(attr.missing)
-            cov = ((pos, pos + 1),)
+            cov: IntervalSet = ((pos, pos + 1),)
             if neg:
                 cov = complement(cov, attr.size)
             return self.single(attr, cov)
@@ -428,17 +428,17 @@ def parse_query(
 class Workload:
     """Queries with their weights, in file order; each query keeps its source line."""
 
-    queries: tuple[Query, ...]
+    queries: tuple[Query | BooleanQuery, ...]
     weights: tuple[float, ...]
     source: str = "<workload>"
 
     def __len__(self) -> int:
         return len(self.queries)
 
-    def __iter__(self) -> Iterator[Query]:
+    def __iter__(self) -> Iterator[Query | BooleanQuery]:
         return iter(self.queries)
 
-    def __getitem__(self, i: int) -> Query:
+    def __getitem__(self, i: int) -> Query | BooleanQuery:
         return self.queries[i]
 
     @property
@@ -464,7 +464,7 @@ _BINS = re.compile(r"^bins\s*=\s*\[(.*)\]$", re.IGNORECASE | re.DOTALL)
 
 def _expand(
     body: str, schema: Schema, line: int, offset: int, room: int = MAX_QUERIES
-) -> list[Query]:
+) -> Sequence[Query | BooleanQuery]:
     """One workload entry -> its queries (a macro expands to many, at most ``room``,
     counted before they are built)."""
     if body.lower() == "total":
@@ -497,7 +497,7 @@ def _expand(
             out = []
             for p in range(attr.size):
                 pred, text = _value_predicate(attr, p)
-                preds = (pred,) if pred is not None else ()
+                preds: tuple[Predicate, ...] = (pred,) if pred is not None else ()
                 out.append(Query(schema, preds, text or "total", line))
             return out
         if attr.type != "integer":
@@ -550,9 +550,9 @@ def _expand(
     out = []
     for cell in itertools.product(*per_attr):
         parts = [cell[i] for i in order]
-        preds = tuple(p for p, _ in parts if p is not None)
+        cell_preds = tuple(p for p, _ in parts if p is not None)
         text = " AND ".join(t for _, t in parts if t) or "total"
-        out.append(Query(schema, preds, text, line))
+        out.append(Query(schema, cell_preds, text, line))
     return out
 
 
@@ -641,10 +641,10 @@ def parse_workload_text(
     before it is built, so an oversized request is refused at once."""
     if not isinstance(text, str):
         raise WorkloadError(f"{name}: a workload must be text, got {type(text).__name__}")
-    queries: list[Query] = []
+    queries: list[Query | BooleanQuery] = []
     weights: list[float] = []
 
-    def add(qs: Sequence[Query], w: float, line: int) -> None:
+    def add(qs: Sequence[Query | BooleanQuery], w: float, line: int) -> None:
         if len(queries) + len(qs) > max_queries:
             raise TooLarge(f"{name}:{line}: workload exceeds {max_queries} queries")
         queries.extend(qs)

@@ -360,9 +360,9 @@ def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
     if any(not isinstance(q, Query) for q in queries):
         # unions: some choice of one box per query must meet (a small search)
         for choice in itertools.product(*(q.boxes for q in queries)):
-            point = common_point(list(choice))
-            if point is not None:
-                return point
+            found = common_point(list(choice))
+            if found is not None:
+                return found
         return None
     schema = queries[0].schema
     point: dict[str, int | str] = {}
