@@ -12,6 +12,16 @@ instead (``Loss.exact`` False). Only probes whose segment grid exceeds the dense
 prefix-sum limit count: below it the check is exact by construction. Also reported: the
 whole-table worst loss (what other tables are charged at).
 
+The curator does not need the exact maximum, only its admission decision, so each probe
+is also *decided* (``OverlapFilter.decide``, one time limit per decision) at budgets
+that leave the covered points a room T near the probe's true maximum M (from the exact
+check, or from a run with a long time limit when that fell back): ``fits`` (T = M, just
+admitted), ``fails`` (T = M - 1/100, the next loss below: just refused), ``-10%`` and
+``+10%``. A decision *rests on a bound* when it refuses without a point exceeding T
+(``Decision.exact`` False); admissions always rest on a safe upper bound and are
+certain. ``wrong`` counts decisions that differ from the one M gives: an admission
+there would overspend the budget, a refusal is only conservative.
+
 ``--before TREE`` runs the same measurement, in the same run and with the same draws,
 on another source tree (a ``git worktree`` of an older commit) and prints both; the two
 trees take turns over ``--rounds`` slices of the probes, so that a change of load on
@@ -34,6 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ("workload", "marginals", "ranges", "mixture")
 COSTS = (Fraction(1, 100), Fraction(1, 50), Fraction(1, 20))
 SCALE = 100  # a common denominator of the costs: the solver's integer weights
+#: The rooms T (what the budget leaves for the covered points) each probe is decided at.
+ROOMS = {
+    "fits": lambda m: m,
+    "fails": lambda m: m - Fraction(1, SCALE),
+    "-10%": lambda m: Fraction(round(m * Fraction(9, 10) * SCALE), SCALE),
+    "+10%": lambda m: Fraction(round(m * Fraction(11, 10) * SCALE), SCALE),
+}
+#: Seconds for the true maximum of a probe whose exact check fell back.
+REFERENCE_LIMIT = 60.0
 
 
 def measure(answered: int, probes: int, seed: int, first: int, count: int) -> dict[str, object]:
@@ -59,6 +78,7 @@ def measure(answered: int, probes: int, seed: int, first: int, count: int) -> di
         filt.add(of.Charge(i, "adult", None, pool[k], cost, Fraction(10**6)))
     index = filt._tables["adult"]
     fallbacks, times = [], []
+    decided: dict[str, list[tuple[bool, bool, bool, float]]] = {r: [] for r in ROOMS}
     for k in rng.integers(0, len(pool), probes).tolist()[first : first + count]:
         q = pool[k]
         near = index.candidates(q)
@@ -73,7 +93,23 @@ def measure(answered: int, probes: int, seed: int, first: int, count: int) -> di
         loss = fork.local("adult", q, deadline=time.monotonic() + of.SOLVER_TIME_LIMIT)
         times.append(time.perf_counter() - t0)
         fallbacks.append(not loss.exact)
-    out: dict[str, object] = {"fallbacks": fallbacks, "times": times}
+        m = loss.value if loss.exact else None
+        if m is None:
+            ref = of.max_loss(near, within=q, time_limit=REFERENCE_LIMIT)
+            m = ref.value if ref.exact else None
+        for name, room in ROOMS.items():
+            if m is None:
+                continue  # the true maximum is unknown: no decision to check
+            t, cost = room(m), Fraction(1, 20)
+            fork = filt.fork()
+            fork.budget = t + cost
+            t0 = time.perf_counter()
+            d = fork.decide("adult", q, cost, deadline=time.monotonic() + of.SOLVER_TIME_LIMIT)
+            took = time.perf_counter() - t0
+            assert d is not None
+            on_bound = not d.admitted and not d.exact
+            decided[name].append((d.admitted, on_bound, d.admitted != (m <= t), took))
+    out: dict[str, object] = {"fallbacks": fallbacks, "times": times, "decided": decided}
     if first == 0:
         t0 = time.perf_counter()
         worst = of.max_loss(filt.charges("adult"), time_limit=of.SOLVER_TIME_LIMIT)
@@ -115,13 +151,18 @@ def main() -> None:
         print(json.dumps(got))
         return
     trees = [("after", ROOT)] + ([("before", args.before)] if args.before else [])
-    results: dict[str, dict] = {label: {"fallbacks": [], "times": []} for label, _ in trees}
+    results: dict[str, dict] = {
+        label: {"fallbacks": [], "times": [], "decided": {r: [] for r in ROOMS}}
+        for label, _ in trees
+    }
     step = -(-args.probes // args.rounds)
     for first in range(0, args.probes, step):  # alternate: the load changes over a run
         for label, tree in trees:
             got = run(tree, args, first, min(step, args.probes - first))
             for key in ("fallbacks", "times"):
                 results[label][key] += got.pop(key)
+            for room, rows in got.pop("decided").items():
+                results[label]["decided"][room] += rows
             results[label].update(got)
     head = f"{'tree':<8}{'answered':>9}{'probes':>8}{'over':>6}{'fallback':>10}{'rate':>7}"
     head += f"{'p50 s':>8}{'p95 s':>8}{'worst':>8}{'worst s':>9}"
@@ -137,6 +178,25 @@ def main() -> None:
             f"{p50:8.2f}{p95:8.2f}{'exact' if r['worst_exact'] else 'bound':>8}"
             f"{r['worst_seconds']:9.2f}"
         )
+    print()
+    head = f"{'tree':<8}{'room':<7}{'decided':>8}{'admitted':>9}{'on bound':>9}{'rate':>7}"
+    head += f"{'wrong':>7}{'p50 s':>8}{'p95 s':>8}"
+    print(head)
+    print("-" * len(head))
+    for label, r in results.items():
+        for room, rows in r["decided"].items():
+            n = len(rows)
+            admitted = sum(a for a, _, _, _ in rows)
+            bound = sum(b for _, b, _, _ in rows)
+            wrong = sum(w for _, _, w, _ in rows)
+            took = sorted(t for _, _, _, t in rows)
+            rate = f"{bound / n:.0%}" if n else "-"
+            p50 = statistics.median(took) if took else 0.0
+            p95 = took[min(len(took) - 1, int(0.95 * len(took)))] if took else 0.0
+            print(
+                f"{label:<8}{room:<7}{n:>8}{admitted:>9}{bound:>9}{rate:>7}{wrong:>7}"
+                f"{p50:8.2f}{p95:8.2f}"
+            )
 
 
 if __name__ == "__main__":

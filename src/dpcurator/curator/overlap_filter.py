@@ -28,6 +28,12 @@ bound would refuse, so a refusal is exact unless the solver ran out of time (the
 conservative, and says so). Exact results also *lower* levels: once max L over C_q is
 known to be E, every charge whose coverage lies inside C_q can have level E.
 
+The admission check needs less than the maximum: only whether it is at most the
+threshold T = B - c - (the other tables). :func:`max_loss` takes T (``at_most``) and may
+stop as soon as that is certain: a safe upper bound <= T admits, a real point whose
+exact loss exceeds T refuses. Either answer is exact as a decision although the maximum
+itself was not proved (``Loss.settles``).
+
 Slow checks never hold a lock. The curator forks the filter (:meth:`OverlapFilter.fork`)
 under its lock, decides on the fork without any lock (the exact computation may take
 seconds), and then re-validates under the lock: charges committed meanwhile can only add
@@ -85,13 +91,23 @@ def coverage_key(q: Query | BooleanQuery) -> tuple:
 class Loss:
     """The largest loss over some set of points, with a point where it is reached.
 
-    ``exact`` is False when the solver stopped at its time limit: ``value`` is then a
-    safe upper bound.
+    ``value`` is always a safe upper bound on the maximum, and the maximum itself when
+    ``exact``; ``exact`` is False when the solver stopped at its time limit or at a
+    threshold. ``reached``, when known, is the exact loss of a real point of the set
+    (``witness`` if given), hence a lower bound on the maximum.
     """
 
     value: Fraction
     exact: bool
     witness: dict[str, int | str] | None = field(default=None, compare=False)
+    reached: Fraction | None = None
+
+    def settles(self, threshold: Fraction) -> bool:
+        """Whether "maximum <= threshold" is known for certain: the upper bound is
+        within it, or a real point exceeds it."""
+        if self.exact or self.value <= threshold:
+            return True
+        return self.reached is not None and self.reached > threshold
 
 
 def max_loss(
@@ -99,6 +115,7 @@ def max_loss(
     within: Query | None = None,
     *,
     time_limit: float = SOLVER_TIME_LIMIT,
+    at_most: Fraction | None = None,
 ) -> Loss:
     """max over x in C_within (the whole domain if None) of the sum of covering costs.
 
@@ -107,6 +124,11 @@ def max_loss(
     can only make the filter refuse more, never less. Never raises on large exact
     rationals: weights that do not fit a float's 53 bits go to the solver as floats
     with a relative margin that covers their rounding.
+
+    ``at_most``: only whether the maximum is at most this matters; the solver may stop
+    once that is certain (see :meth:`Loss.settles`), so ``exact`` may be False for an
+    answer that is still decided. A refusal is only settled by a point whose loss is
+    recomputed here in exact arithmetic.
     """
     if within is not None and within.is_empty:
         return Loss(Fraction(0), True, None)
@@ -121,7 +143,8 @@ def max_loss(
             [c.query for c in live], np.array(weights, dtype=np.float64), within=within
         )
         if dense is not None:
-            return Loss(Fraction(round(dense[0]), scale), True, dense[1])
+            v = Fraction(round(dense[0]), scale)
+            return Loss(v, True, dense[1], v)
     merged: dict[tuple, tuple[Query, Fraction]] = {}
     for c in live:
         if within is not None:
@@ -134,19 +157,31 @@ def max_loss(
         prev = merged.get(k)
         merged[k] = (q, c.cost + (prev[1] if prev else 0))
     if not merged:
-        return Loss(Fraction(0), True, None)
+        return Loss(Fraction(0), True, None, Fraction(0))
     if len(merged) == 1:
         ((q, w),) = merged.values()
-        return Loss(w, True, None)
+        return Loss(w, True, None, w)
     queries = [q for q, _ in merged.values()]
     costs = [w for _, w in merged.values()]
     scale = math.lcm(*(w.denominator for w in costs))
     ints = [w.numerator * (scale // w.denominator) for w in costs]
     limit = max(0.0, time_limit)
     if sum(ints) < 2**53:
-        res = max_overlap(queries, weights=ints, time_limit=limit)
+        # integer weights: the maximum is <= at_most iff it is <= floor(at_most * scale)
+        at = None if at_most is None else math.floor(at_most * scale)
+        res = max_overlap(queries, weights=ints, time_limit=limit, decide_at=at)
         value = round(res.value) if res.exact else math.ceil(res.value)
-        return Loss(Fraction(value, scale), res.exact, dict(res.witness) if res.exact else None)
+        if res.exact:
+            exact_value = Fraction(value, scale)
+            return Loss(exact_value, True, dict(res.witness), exact_value)
+        witness = dict(res.witness) if res.witness else None
+        if witness is not None and within is not None and not within.covers(witness):
+            witness = None
+        reached = None
+        if witness is not None and at_most is not None:
+            # the solver's point, weighed again exactly: a refusal must rest on a real point
+            reached = sum((w for q, w in merged.values() if q.covers(witness)), Fraction(0))
+        return Loss(Fraction(value, scale), False, witness, reached)
     # Astronomical numerators or denominators: floats, each rounded up, with a margin
     # far above the rounding error of summing them (n * 2^-53 relative).
     floats = [_float_up(w) for w in costs]
@@ -278,9 +313,11 @@ class Decision:
 
     ``spent`` is what the covered points had lost before, over all analysts, and
     ``mine`` what the requesting analyst's own charges cost them (both upper bounds,
-    exact when they decided a refusal unless ``exact`` is False). ``limit`` is the
-    budget or quota that decided; ``level`` is the new charge's level; ``by`` names what
-    refused it (``budget`` or ``quota``).
+    except on a refusal decided exactly, where they are what a covered point has really
+    lost, enough to refuse). ``exact`` says that the verdict is the one the exact maxima
+    would give (False: a refusal on a safe upper bound, the exact check did not finish).
+    ``limit`` is the budget or quota that decided; ``level`` is the new charge's level;
+    ``by`` names what refused it (``budget`` or ``quota``).
     """
 
     admitted: bool
@@ -391,9 +428,16 @@ class OverlapFilter:
         return self._worst[key]
 
     def local(
-        self, table: str, query: Query, analyst: str | None = None, *, deadline: float = math.inf
+        self,
+        table: str,
+        query: Query,
+        analyst: str | None = None,
+        *,
+        deadline: float = math.inf,
+        at_most: Fraction | None = None,
     ) -> Loss:
-        """max_{x in C_query} L_table(x) (only ``analyst``'s charges if given)."""
+        """max_{x in C_query} L_table(x) (only ``analyst``'s charges if given); with
+        ``at_most``, possibly only whether it is at most that (see :func:`max_loss`)."""
         index = self._tables.get(table)
         if index is None:
             return Loss(Fraction(0), True)
@@ -401,7 +445,7 @@ class OverlapFilter:
         near = [index.charges[i] for i in positions]
         if analyst is not None:
             near = [c for c in near if c.analyst == analyst]
-        loss = max_loss(near, within=query, time_limit=_left(deadline))
+        loss = max_loss(near, within=query, time_limit=_left(deadline), at_most=at_most)
         if analyst is None and loss.exact:
             # Every point of a charge inside C_query has lost at most this much.
             for i in index.within_hull(query, positions):
@@ -448,8 +492,11 @@ class OverlapFilter:
     ) -> Decision | None:
         """Admit iff every covered point stays within the budget (and the analyst's quota).
 
-        Bounds first; the exact computation only when a bound does not fit, so a refusal
-        is exact unless the solver ran out of time (``Decision.exact``). With
+        Bounds first; the exact computation only when a bound does not fit, and then
+        only as far as needed to tell whether the largest loss over the covered points
+        is at most what the budget leaves for them (a bound within it admits, a point
+        beyond it refuses), so a refusal is exact unless the solver ran out of time
+        (``Decision.exact``). Admission always rests on a safe upper bound. With
         ``deadline=None`` no exact computation is run: None means "the bounds do not fit,
         decide on a fork" (the curator's fast path under its lock). Reads only queries
         and costs, never data.
@@ -461,20 +508,27 @@ class OverlapFilter:
         if here + there + cost > self.budget:
             if deadline is None:
                 return None
-            local = self.local(table, query, deadline=deadline)
             others = self.elsewhere(table, deadline=deadline)
-            here, there, exact = local.value, others.value, local.exact and others.exact
-            if here + there + cost > self.budget:
-                return Decision(False, here + there, self.budget, here + cost, "budget", exact)
+            room = self.budget - cost - others.value  # what the covered points may have lost
+            local = self.local(table, query, deadline=deadline, at_most=room)
+            here, there = local.value, others.value
+            exact = local.settles(room) and others.exact
+            if here > room:
+                hit = _hit(local, room)
+                return Decision(False, hit + there, self.budget, here + cost, "budget", exact)
         level = here + cost
         mine = here + there  # the global loss bounds the analyst's own
         if analyst is not None and quota is not None and mine + cost > quota:
             if deadline is None:
                 return None
-            own = self.spent_on(table, query, analyst, deadline=deadline)
-            mine = own.value
-            if mine + cost > quota:
-                return Decision(False, mine, quota, level, "quota", own.exact, mine)
+            own_there = self.elsewhere(table, analyst, deadline=deadline)
+            room = quota - cost - own_there.value
+            own = self.local(table, query, analyst, deadline=deadline, at_most=room)
+            mine = own.value + own_there.value
+            if own.value > room:
+                mine = _hit(own, room) + own_there.value
+                settled = own.settles(room) and own_there.exact
+                return Decision(False, mine, quota, level, "quota", settled, mine)
         return Decision(True, here + there, self.budget, level, "", exact, mine)
 
     def adopt(self, fork: OverlapFilter, version: int) -> None:
@@ -513,6 +567,12 @@ class OverlapFilter:
                 cached = self._worst.get((t, None))
                 total += cached.value if cached is not None else ix.top
         return total
+
+
+def _hit(loss: Loss, room: Fraction) -> Fraction:
+    """The loss a refusal reports: a real point's when one exceeds ``room``, else the
+    upper bound."""
+    return loss.reached if loss.reached is not None and loss.reached > room else loss.value
 
 
 def _left(deadline: float) -> float:

@@ -18,12 +18,18 @@ cheapest first, and ``OverlapResult.method`` names the one that decided:
 * ``search``: branch and bound, pruned by a Lagrangian bound where that is below the
   families' (``lagrangian``; exact, or an upper bound at the deadline), else by the
   disjoint ``families`` for a short slice of the time (exact, or gives up);
-* ``milp``: the 0/1 program on the core, by HiGHS (exact, or its dual bound);
+* ``milp``: the 0/1 program on the core, by HiGHS (exact, or its dual bound; with a
+  threshold at or above the families' bound, that bound without HiGHS);
 * ``colouring``: the paper's colouring bound (an upper bound, for comparison).
 
 When the time limit stops the search, the result is a *safe upper bound* (the smallest
 of the valid bounds at hand) with ``exact=False`` and ``method="bound"``; the best point
 found is only reported as ``lower_bound`` and must never be used to charge a budget.
+A caller that only needs to know whether gamma_w exceeds a threshold T (the curator's
+admission check) passes ``decide_at=T`` and reads both ends of an inexact result:
+``upper_bound <= T`` settles "at most T", a witness of weight ``lower_bound > T`` settles
+"more than T" (the best point found at the deadline is usually the optimum, only not
+proved so).
 How each strategy works and what it costs: docs/overlap.md and docs/design.md (maximum
 overlap).
 """
@@ -69,12 +75,18 @@ def max_overlap(
     queries: Sequence[Query] | Iterable[Query],
     weights: Sequence[float] | None = None,
     time_limit: float | None = None,
+    *,
+    decide_at: float | None = None,
 ) -> OverlapResult:
     """gamma(Q), or gamma_w(Q) with additive weights (Smith et al., PoPETs 2022).
 
     Exact unless ``time_limit`` (seconds) stops the search; then ``value`` is a safe
     upper bound and ``exact`` is False. ``weights`` default to those of a
     :class:`~dpcurator.queries.parser.Workload`, else 1.
+
+    ``decide_at``: only whether gamma_w <= decide_at matters. The search may then stop,
+    with ``exact`` False, once ``upper_bound <= decide_at``; a witness of weight
+    ``lower_bound > decide_at`` settles the other answer. Bounds stay safe either way.
     """
     deadline = math.inf if time_limit is None else time.monotonic() + time_limit
     qs, w, integral = prepare(queries, weights)
@@ -82,7 +94,7 @@ def max_overlap(
         return OverlapResult(0, True, 0, 0, {}, (), "empty")
     owner = unions(qs)
     if owner is not None:
-        return _over_boxes(qs, w, owner, time_limit)
+        return _over_boxes(qs, w, owner, time_limit, decide_at)
     if _DENSE and integral and len(qs) > 1:
         dense = dense_max_overlap(qs, w)
         if dense is not None:
@@ -100,7 +112,9 @@ def max_overlap(
         parts.place(comp, got[1])
     for comp, core in hard:  # with what remains of the time limit
         remaining = None if time_limit is None else max(0.0, deadline - time.monotonic())
-        sol = solve_milp(comp, core, remaining, integral)
+        # a threshold for this component when everything else is exact and summed
+        at = decide_at - upper if decide_at is not None and exact and len(hard) == 1 else None
+        sol = solve_milp(comp, core, remaining, integral, decide_at=at)
         methods.append("milp")
         upper, exact = upper + sol.upper, exact and sol.exact
         parts.place(comp, sol)
@@ -141,11 +155,16 @@ def _search_deadline(comp: Component, deadline: float, time_limit: float | None)
 
 
 def _over_boxes(
-    qs: list[Query], w: np.ndarray, owner: np.ndarray, time_limit: float | None
+    qs: list[Query],
+    w: np.ndarray,
+    owner: np.ndarray,
+    time_limit: float | None,
+    decide_at: float | None,
 ) -> OverlapResult:
     """Boolean queries: every disjoint box carries its query's weight; a point lies in
     at most one box of each query, so the boxes' overlap is the queries'."""
-    res = max_overlap([b for q in qs for b in q.boxes], w[owner], time_limit)
+    boxes = [b for q in qs for b in q.boxes]
+    res = max_overlap(boxes, w[owner], time_limit, decide_at=decide_at)
     return replace(res, witness_queries=tuple(sorted({int(owner[i]) for i in res.witness_queries})))
 
 

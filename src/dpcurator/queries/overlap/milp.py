@@ -14,6 +14,13 @@ its slice or when elimination folded part of the component. Exact when HiGHS pro
 optimality; an **upper bound** otherwise (its dual bound, capped by the disjoint-family
 bound, plus the exact eliminated part). Cost: exponential in the worst case; the time
 limit is what remains of the caller's.
+
+Deciding a threshold instead (``decide_at=T``): the caller only needs to know whether
+the optimum exceeds T. If the disjoint-family bound is at most T, that is settled
+without HiGHS. Otherwise the program runs as above, and at the deadline the caller
+reads both ends: a dual bound <= T settles "at most T", and HiGHS's best point, which
+is re-evaluated exactly, settles "more than T" when it exceeds T (on family-heavy cores
+HiGHS usually has the optimum long before it has proved it).
 """
 
 from __future__ import annotations
@@ -28,12 +35,27 @@ from dpcurator.queries.overlap.component import Component, Solution
 from dpcurator.queries.overlap.eliminate import Core, back_substitute
 
 
-def solve_milp(comp: Component, core: Core, time_limit: float | None, integral: bool) -> Solution:
+def solve_milp(
+    comp: Component,
+    core: Core,
+    time_limit: float | None,
+    integral: bool,
+    decide_at: float | None = None,
+) -> Solution:
     """The component's optimum through the 0/1 program on ``core`` (exact, or an upper
-    bound when ``time_limit`` seconds stop HiGHS)."""
+    bound when ``time_limit`` seconds stop HiGHS). With ``decide_at``, a disjoint-family
+    bound at most that value is returned without running HiGHS (``exact`` False unless
+    the starting point reaches it)."""
+    family = comp.bound(np.ones(len(comp.w), bool))
+    if decide_at is not None and family <= decide_at:  # settled: nothing exceeds it
+        start = {int(ai): int(np.argmax(core.unary[int(ai)])) for ai in core.attrs}
+        assign = back_substitute(comp, core, start)
+        got = float(comp.w[comp.covered(assign)].sum())
+        up = math.floor(family + 1e-6) if integral else family
+        return Solution(got, max(up, got), assign, got >= family)
     up, atoms, ok = milp_core(comp, core, time_limit)
     assign = back_substitute(comp, core, atoms)
-    up = min(up + core.const, comp.bound(np.ones(len(comp.w), bool)))
+    up = min(up + core.const, family)
     if integral:
         up = math.floor(up + 1e-6)
     got = float(comp.w[comp.covered(assign)].sum())
