@@ -110,7 +110,8 @@ def test_bounds_are_never_below_the_maximum(problem: Problem, how: str, frac: fl
         value, point, done, _ = search.search(lam, target, -1.0, x, math.inf)
         assert done
         assert max(search.certified(target), value) >= truth - 1e-9
-        assert search.value(point) == pytest.approx(value, abs=1e-12)
+        if value > -1.0:  # a point above the threshold was found: it weighs what it says
+            assert search.value(point) == pytest.approx(value, abs=1e-12)
         return
     deadline = time.monotonic() - 1 if how == "stopped" else time.monotonic() + 1e-3
     upper, value, point, exact = search.run(lam, root, best, x, deadline)
