@@ -67,6 +67,11 @@ def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | Boo
     return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
 
 
+#: Seconds a batch's answers may spend computing their exact remaining budgets (past
+#: it, the rest report the levels' lower bound).
+BATCH_REMAINING_LIMIT = 1.0
+
+
 @dataclass(frozen=True)
 class Remaining:
     """What is left, in the budget's unit: on the points of a query (or on the worst
@@ -742,7 +747,9 @@ class Curator:
                 for i, (q, (charge_id, _)) in enumerate(zip(qs, charged, strict=True))
             ]
         )
-        remaining = self._remaining(qs, t, _analyst)  # after the whole batch
+        # After the whole batch; the exact figures of a large batch get a short time
+        # limit of their own, so that they do not double a workload release's time.
+        remaining = self._remaining(qs, t, _analyst, BATCH_REMAINING_LIMIT)
         answers = []
         for i, (q, c, (charge_id, _)) in enumerate(zip(qs, priced, charged, strict=True)):
             noise, half = prepared[c.param]
@@ -859,18 +866,23 @@ class Curator:
         return self._remaining([requests.canonical_query(query, self._schema(t))], t, _analyst)[0]
 
     def _remaining(
-        self, queries: Sequence[Query | None], table: str | None, analyst: str | None
+        self,
+        queries: Sequence[Query | None],
+        table: str | None,
+        analyst: str | None,
+        time_limit: float | None = None,
     ) -> list[Remaining]:
         """:meth:`remaining_detail` of several queries of one table (None: the worst
-        point), computed on one fork of the filter within one solver time limit; a
-        query whose turn comes after the limit gets the levels' bounds (``exact``
-        False). Answers report these figures, so that an answer says what
+        point), computed on one fork of the filter within one time limit (the solver's
+        by default); a query whose turn comes after it gets the levels' bounds
+        (``exact`` False). Answers report these figures, so that an answer says what
         :meth:`remaining` says right after it."""
         with self._ledger.lock:
             self._sync()
             quota = self._quota(analyst)
             fork = self._filter.fork()
-        deadline = time.monotonic() + self._time_limit
+        limit = self._time_limit if time_limit is None else min(time_limit, self._time_limit)
+        deadline = time.monotonic() + limit
         done: dict[tuple, Remaining] = {}
         out: list[Remaining] = []
         for q in queries:
