@@ -112,3 +112,12 @@ def test_service_release_default_is_per_table(curator) -> None:
         )
         assert r.status_code == 422 and "objective" in r.text
         assert len(curator.history()) == charges
+
+
+@pytest.mark.parametrize("bad", [None, 5, "Total", ["total"], "per-table\n", 1e400])
+def test_a_bad_objective_is_one_clear_error_and_charges_nothing(curator, bad) -> None:
+    from dpcurator.errors import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match="unknown objective"):
+        curator.release_workload(WORKLOAD, epsilon=0.5, objective=bad)
+    assert curator.history() == []

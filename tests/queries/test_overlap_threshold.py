@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import dpcurator.queries.overlap as overlap
-from dpcurator.queries import max_overlap
+from dpcurator.queries import Attribute, Query, Schema, max_overlap
 from dpcurator.queries.overlap import milp as milp_module
 from dpcurator.queries.overlap.eliminate import reduce_to_core
 from dpcurator.queries.overlap.milp import solve_milp
@@ -163,3 +163,28 @@ def test_families_bound_settles_without_the_program(monkeypatch: pytest.MonkeyPa
     res = max_overlap(queries, w, decide_at=3)
     assert res.upper_bound <= 3
     assert brute(schema, queries, w) == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"decide_at": float("nan")},
+        {"decide_at": float("inf")},
+        {"decide_at": -1e400},
+        {"decide_at": "3"},
+        {"decide_at": True},
+        {"decide_at": [3]},
+        {"time_limit": -5e-324},
+        {"time_limit": float("nan")},
+        {"time_limit": "1"},
+        {"time_limit": False},
+    ],
+)
+def test_bad_thresholds_and_time_limits_are_one_clear_error(kwargs) -> None:
+    schema = Schema((Attribute("a", "integer", min=0, max=3),))
+    qs = [Query.from_coverages(schema, {"a": ((0, 2),)})] * 2
+    with pytest.raises(ValueError, match=r"decide_at|time_limit"):
+        max_overlap(qs, **kwargs)
+    # extremes that are numbers are fine: a huge integer threshold, no time limit
+    assert max_overlap(qs, decide_at=10**400).upper_bound >= 2
+    assert max_overlap(qs, time_limit=float("inf"), decide_at=-(10**400)).value == 2

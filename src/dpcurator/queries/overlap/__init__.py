@@ -88,6 +88,8 @@ def max_overlap(
     with ``exact`` False, once ``upper_bound <= decide_at``; a witness of weight
     ``lower_bound > decide_at`` settles the other answer. Bounds stay safe either way.
     """
+    _check_number("time_limit", time_limit, minimum=0.0, infinite=True)
+    _check_number("decide_at", decide_at)
     deadline = math.inf if time_limit is None else time.monotonic() + time_limit
     qs, w, integral = prepare(queries, weights)
     if not qs:
@@ -119,6 +121,23 @@ def max_overlap(
         upper, exact = upper + sol.upper, exact and sol.exact
         parts.place(comp, sol)
     return _result(qs, w, integral, parts, upper, "bound" if not exact else hardest(methods))
+
+
+def _check_number(name: str, x: object, minimum: float = -math.inf, infinite: bool = False) -> None:
+    """None, or a real number at least ``minimum``, finite unless ``infinite`` (a bool is
+    not a number; an integer of any size is fine)."""
+    if x is None:
+        return
+    if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a number or None, got {type(x).__name__}")
+    if isinstance(x, int | np.integer):
+        ok = x >= minimum
+    else:
+        ok = not math.isnan(x) and x >= minimum and (infinite or math.isfinite(x))
+    if not ok:
+        raise ValueError(
+            f"{name} must be a {'' if infinite else 'finite '}number >= {minimum:g}, got {x!r}"
+        )
 
 
 def _decide(
