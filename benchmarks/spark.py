@@ -27,16 +27,11 @@ extra (pyspark) and Java 17.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the standalone cluster launcher the cluster test uses
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backends"))
 from curator_counting import SCHEMA, workload
+from spark_cluster import standalone_cluster
 
 from dpcurator.backends import DuckDBBackend, SparkBackend
 
@@ -87,102 +85,7 @@ def release(n: int, seed: int = 7):
     return [pool[i] for i in sorted(idx)]
 
 
-# ---------------------------------------------------------------------- the cluster
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def standalone_cluster(workers: int, memory: str, tmp: Path):
-    """A master and ``workers`` one-core workers on 127.0.0.1 from pyspark's own launch
-    classes; yields the master URL, stops them on exit."""
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_NO_DAEMONIZE": "1",
-        "SPARK_LOG_DIR": str(tmp),
-    }
-    port, ui = _free_port(), _free_port()
-    procs: list[subprocess.Popen] = []
-
-    def start(args: list[str], log: str) -> None:
-        with open(tmp / log, "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [str(home / "bin" / "spark-class"), *args],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def alive() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
-        except (OSError, ValueError):
-            return -1
-
-    def wait(ok, what: str) -> None:
-        deadline = time.monotonic() + 120
-        while not ok():
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit(f"the Spark {what} did not start (logs in {tmp})")
-            time.sleep(0.5)
-
-    try:
-        start(
-            [
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--webui-port",
-                str(ui),
-            ],
-            "master.log",
-        )
-        wait(lambda: alive() >= 0, "master")
-        for i in range(workers):
-            start(
-                [
-                    "org.apache.spark.deploy.worker.Worker",
-                    f"spark://127.0.0.1:{port}",
-                    "--host",
-                    "127.0.0.1",
-                    "--cores",
-                    "1",
-                    "--memory",
-                    memory,
-                    "--webui-port",
-                    str(_free_port()),
-                    "--work-dir",
-                    str(tmp / f"worker{i}"),
-                ],
-                f"worker{i}.log",
-            )
-        wait(lambda: alive() == workers, "workers")
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for p in reversed(procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
+# ---------------------------------------------------------------------- sessions
 
 
 def spark_session(master: str, memory: str, cores: int):

@@ -10,62 +10,20 @@ other Spark tests keep a local one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from spark_cluster import spark_class, spark_env, standalone_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data" / "adult-sample.csv"
 SCHEMA = ROOT / "examples" / "adult" / "schema.json"
 WORKLOADS = [ROOT / "examples" / "adult" / n for n in ("workload.txt", "marginals.txt")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spark_env(tmp: Path) -> dict[str, str]:
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    return {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOG_DIR": str(tmp / "logs"),
-        "SPARK_NO_DAEMONIZE": "1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
-
-
-def _wait(predicate, seconds: float, what: str, procs) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for p in procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{what}: a Spark process exited with {p.returncode}")
-        with contextlib.suppress(OSError, ValueError):
-            if predicate():
-                return
-        time.sleep(0.5)
-    raise RuntimeError(f"{what}: timed out after {seconds} s")
-
-
-def _alive_workers(ui: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
-        return int(json.load(r).get("aliveworkers", 0))
 
 
 @pytest.fixture(scope="session")
@@ -75,77 +33,16 @@ def cluster(tmp_path_factory):
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):  # pragma: no cover
         pytest.skip("Spark needs Java 17")
     tmp = tmp_path_factory.mktemp("cluster")
-    env = _spark_env(tmp)
-    spark_class = Path(env["SPARK_HOME"]) / "bin" / "spark-class"
-    if not spark_class.exists():  # pragma: no cover
+    if not spark_class(tmp).exists():  # pragma: no cover
         pytest.skip("pyspark has no bin/spark-class")
-    port, ui = _free_port(), _free_port()
-    procs: list[subprocess.Popen] = []
-
-    def start(args: list[str], log: str) -> None:
-        out = open(tmp / log, "wb")  # noqa: SIM115 (closed with the process)
-        procs.append(
-            subprocess.Popen(
-                [str(spark_class), *args],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stopped as a whole
-            )
-        )
-        out.close()
-
-    try:
-        start(
-            [
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--webui-port",
-                str(ui),
-            ],
-            "master.log",
-        )
-        _wait(lambda: _alive_workers(ui) >= 0, 90, "master", procs)
-        for i in range(2):
-            start(
-                [
-                    "org.apache.spark.deploy.worker.Worker",
-                    f"spark://127.0.0.1:{port}",
-                    "--host",
-                    "127.0.0.1",
-                    "--cores",
-                    "1",
-                    "--memory",
-                    "1g",
-                    "--webui-port",
-                    str(_free_port()),
-                    "--work-dir",
-                    str(tmp / f"worker{i}"),
-                ],
-                f"worker{i}.log",
-            )
-        _wait(lambda: _alive_workers(ui) == 2, 90, "workers", procs)
-        yield f"spark://127.0.0.1:{port}", tmp
-    finally:
-        for p in reversed(procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+    with standalone_cluster(2, "1g", tmp) as url:
+        yield url, tmp
 
 
 def test_adult_on_a_standalone_cluster(cluster):
     url, tmp = cluster
     out = tmp / "result.json"
-    env = _spark_env(tmp)
+    env = spark_env(tmp)
     env["PYSPARK_SUBMIT_ARGS"] = (
         "--conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false "
         "--conf spark.sql.shuffle.partitions=2 --conf spark.executor.memory=512m "
