@@ -94,7 +94,7 @@ class BooleanQuery:
     def attributes(self) -> tuple[str, ...]:
         """Names of the attributes some box constrains, in schema order."""
         names = {n for b in self.boxes for n in b.attributes}
-        return tuple(n for n in self.schema.names if n in names)
+        return tuple(sorted(names, key=self.schema.index))
 
     def covers(self, point: dict[str, int | str]) -> bool:
         return any(b.covers(point) for b in self.boxes)
