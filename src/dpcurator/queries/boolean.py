@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from dpcurator import deadlines
 from dpcurator.errors import QueryError
 from dpcurator.queries import boxes as bx
 from dpcurator.queries.predicates import IntervalSet, Query, disjoint, intersect
@@ -145,6 +146,7 @@ def intersection(
     schema = q.schema
     parts = []
     for a in boxes_of(q):
+        deadlines.check()
         for b in boxes_of(other):
             m = bx.meet(_box(a), _box(b))
             if m is not None:
