@@ -16,8 +16,9 @@ import functools
 import inspect
 import itertools
 import math
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -70,6 +71,22 @@ def _describe(noise: object) -> tuple[str, float]:
 def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | BooleanQuery:
     """The query covering C_q ∩ (the box ``coverages``), with canonical text."""
     return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
+
+
+def _cells(
+    base: Query | BooleanQuery, boxes: Iterable[dict[str, tuple]]
+) -> tuple[tuple[Query | BooleanQuery, ...], tuple[str, ...]]:
+    """The cells of a histogram or marginal (each box within C_base) and their labels
+    (each box's own text): one query built per cell when ``base`` covers everything."""
+    cells, labels = [], []
+    everything = isinstance(base, Query) and not base.predicates
+    for n, box in enumerate(boxes):
+        if n % 1024 == 0:
+            deadlines.check()
+        cell = Query.from_coverages(base.schema, box)
+        labels.append(cell.text)
+        cells.append(cell if everything else intersection(base, cell, text=""))
+    return tuple(cells), tuple(labels)
 
 
 @dataclass(frozen=True)
@@ -138,7 +155,7 @@ def _timed(method: Callable[Concatenate[Curator, P], R]) -> Callable[Concatenate
 
     @functools.wraps(method)
     def run(self: Curator, *args: P.args, **kw: P.kwargs) -> R:
-        with deadlines.within(self._deadline()):
+        with deadlines.within(self._deadline(), self._stopping):
             return method(self, *args, **kw)
 
     return run
@@ -169,6 +186,7 @@ class Curator:
         self._time_limit = solver_time_limit
         self._request_limit = request_time_limit
         self._pool = SolverPool(solver_threads)
+        self._stopping = threading.Event()  # set by close(): requests in flight stop
         self._filter = OverlapFilter(budget.amount, budget.currency)
         with ledger.lock:
             self._sync()
@@ -313,6 +331,9 @@ class Curator:
         )
 
     def close(self) -> None:
+        """Stop the requests in flight (at their next deadline check: nothing half-done
+        is committed), then close the data and the ledger."""
+        self._stopping.set()
         self._pool.close()
         for be in self._backends.values():
             be.close()
@@ -566,7 +587,8 @@ class Curator:
         if bins is None:
             if attr.size > self.limits.max_cells:
                 raise TooLarge(
-                    f"a histogram of {attr.size} cells exceeds {self.limits.max_cells}: give bins="
+                    f"a histogram of {attr.size} cells exceeds the limit max_cells = "
+                    f"{self.limits.max_cells}: give bins="
                 )
             spans = [(i, i + 1) for i in range(attr.size)]
             covered = base
@@ -578,8 +600,7 @@ class Curator:
             request = f"histogram({attr.name}, bins={edges})"
         if where is not None:
             request += f" where {base.text}"
-        cells = tuple(_and(base, {attr.name: (s,)}) for s in spans)
-        labels = tuple(Query.from_coverages(schema, {attr.name: (s,)}).to_text() for s in spans)
+        cells, labels = _cells(base, ({attr.name: (s,)} for s in spans))
         return Prepared(t, covered, cells, labels, "histogram", request, cost, 1)
 
     def _prepare_marginal(
@@ -608,16 +629,20 @@ class Curator:
         attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
         if n > self.limits.max_cells:
-            raise TooLarge(f"a marginal of {n} cells exceeds {self.limits.max_cells}")
-        cells, labels = [], []
-        for combo in itertools.product(*(range(a.size) for a in attrs)):
-            cell = {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
-            cells.append(_and(base, cell))
-            labels.append(Query.from_coverages(schema, cell).to_text())
+            raise TooLarge(
+                f"a marginal of {n} cells exceeds the limit max_cells = {self.limits.max_cells}"
+            )
+        cells, labels = _cells(
+            base,
+            (
+                {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
+                for combo in itertools.product(*(range(a.size) for a in attrs))
+            ),
+        )
         request = f"marginal({', '.join(names)})" + (
             f" where {base.text}" if where is not None else ""
         )
-        return Prepared(t, base, tuple(cells), tuple(labels), "marginal", request, cost, 1)
+        return Prepared(t, base, cells, labels, "marginal", request, cost, 1)
 
     def _prepare_sum(
         self,
@@ -788,8 +813,15 @@ class Curator:
         schema = self._schema(t)
         if not isinstance(kind, str) or not kind.isidentifier():
             raise InvalidParameter(f"kind must be a short identifier, got {kind!r}")
-        raw_queries = requests.bounded_list(queries, self.limits.max_queries, "queries")
-        raw_costs = requests.bounded_list(costs, self.limits.max_queries, "costs")
+        raw_queries = requests.bounded_list(
+            queries, self.limits.max_queries, "queries", "max_queries"
+        )
+        raw_costs = requests.bounded_list(costs, self.limits.max_queries, "costs", "max_queries")
+        if len(raw_queries) > self.limits.max_charges:
+            raise TooLarge(
+                f"a batch of {len(raw_queries)} queries would write as many ledger rows, over "
+                f"the limit max_charges = {self.limits.max_charges}"
+            )
         if len(raw_costs) != len(raw_queries):
             raise InvalidParameter(f"got {len(raw_costs)} costs for {len(raw_queries)} queries")
         if not raw_queries:
@@ -880,7 +912,7 @@ class Curator:
         if len(wl) == 0:
             raise InvalidParameter("the workload has no queries")
         if len(wl) > limit:
-            raise TooLarge(f"a workload of {len(wl)} queries exceeds {limit}")
+            raise TooLarge(f"a workload of {len(wl)} queries exceeds the limit max_queries = {limit}")
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")

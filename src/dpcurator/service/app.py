@@ -31,6 +31,7 @@ log = logging.getLogger("dpcurator.service")
 #: HTTP status of each error reason; any other DpCuratorError is a 400.
 STATUS = {
     "budget_exceeded": 409,
+    "undecided": 503,
     "too_large": 413,
     "unauthorized": 401,
     "forbidden": 403,
@@ -54,10 +55,11 @@ class ServiceError(Exception):
 
 
 def _error(status: int, reason: str, message: str, **headers: str) -> JSONResponse:
+    # A message may quote what the request sent, lone surrogates included: escape them,
+    # so that every error can be written as UTF-8 JSON.
+    text = " ".join(str(message).split()).encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse(
-        {"error": reason, "message": " ".join(str(message).split())},
-        status_code=status,
-        headers=headers or None,
+        {"error": reason, "message": text}, status_code=status, headers=headers or None
     )
 
 
@@ -87,9 +89,7 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
 # --- who is asking ------------------------------------------------------------------------
 
 
-def caller(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
+def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The analyst a request comes from: a valid bearer token, within its rate."""
     if authorization is None:
         raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
@@ -159,7 +159,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
 
     @app.exception_handler(DpCuratorError)
     async def _curator_error(_: Request, err: DpCuratorError) -> JSONResponse:
-        return _error(STATUS.get(err.reason, 400), err.reason, str(err))
+        retry = {"Retry-After": "1"} if err.reason == "undecided" else {}
+        return _error(STATUS.get(err.reason, 400), err.reason, str(err), **retry)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -333,4 +334,3 @@ def _analyst(curator: Curator, record: Any) -> m.AnalystOut:
         admin=record.admin,
         active=record.active,
     )
-
