@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.optimize import minimize
 
+from dpcurator.planner.allocation import _limits  # one BLAS thread: L-BFGS-B's calls are tiny
+
 #: Relative lower bound on a table's share of the budget during the search (so that no
 #: variance becomes infinite); tables left below PRUNE of the budget are dropped after.
 FLOOR = 1e-9
@@ -46,7 +48,7 @@ def precision(c: np.ndarray, currency: str) -> np.ndarray:
     """The model precision 1/Var of a sensitivity-1 count at additive cost ``c``."""
     c = np.asarray(c, float)
     if currency == "epsilon":
-        return np.cosh(c) - 1.0
+        return 2.0 * np.sinh(c / 2.0) ** 2  # = cosh(c) - 1, without cancellation
     return 2.0 * c if currency == "rho" else c.copy()
 
 
@@ -78,14 +80,15 @@ def minimise_weighted(
     for st in starts:
         u0 = np.maximum(np.asarray(st, float), FLOOR)
         u0 = u0 / u0.sum()
-        res = minimize(
-            f,
-            u0,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(FLOOR, None)] * m,
-            options={"maxiter": 3000, "ftol": 1e-13, "gtol": 1e-11},
-        )
+        with _limits(1):
+            res = minimize(
+                f,
+                u0,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[(FLOOR, None)] * m,
+                options={"maxiter": 3000, "ftol": 1e-13, "gtol": 1e-11},
+            )
         u = np.maximum(res.x, FLOOR)
         c = budget * u / u.sum()
         val = float(omega @ fn(c)[0])
@@ -116,15 +119,8 @@ def minimise_max(fn: VarianceFn, budget: float, start: np.ndarray) -> tuple[np.n
         return np.vstack([top, bottom])
 
     z0 = np.concatenate([start, [1.0]])
-    res = minimize(
-        lambda z: (z[m], np.eye(m + 1)[m]),
-        z0,
-        jac=True,
-        method="SLSQP",
-        bounds=[(lo, budget)] * m + [(0.0, None)],
-        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
-        options={"maxiter": 300, "ftol": 1e-12},
-    )
+    with _limits(1):
+        res = _slsqp(cons, cons_jac, z0, m, lo, budget)
     c = np.maximum(res.x[:m], lo)
     total = c.sum()
     if total > budget:
@@ -133,3 +129,15 @@ def minimise_max(fn: VarianceFn, budget: float, start: np.ndarray) -> tuple[np.n
     if not (val < scale):
         return start, scale
     return c, val
+
+
+def _slsqp(cons, cons_jac, z0: np.ndarray, m: int, lo: float, budget: float):
+    return minimize(
+        lambda z: (z[m], np.eye(m + 1)[m]),
+        z0,
+        jac=True,
+        method="SLSQP",
+        bounds=[(lo, budget)] * m + [(0.0, None)],
+        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
+        options={"maxiter": 300, "ftol": 1e-12},
+    )
