@@ -271,7 +271,9 @@ class Client:
             table=table,
         )
         out = self._call("POST", "/v1/release", json=body)
-        return {k: v for k, v in out.items() if k != "answers"}, [_answer(a) for a in out["answers"]]
+        return {k: v for k, v in out.items() if k != "answers"}, [
+            _answer(a) for a in out["answers"]
+        ]
 
     def estimate(self, kind: str, **args: Any) -> Estimate:
         e = self._call("POST", "/v1/estimate", json=self._body(kind=kind, **args))

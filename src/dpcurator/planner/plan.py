@@ -555,6 +555,7 @@ def make_plan(
                 f"strategy {name!r} does not apply to this workload: {cand.note}"
             )
     best_structured = min((c.objective for c in cands if c.objective is not None), default=None)
+    t_direct = time.monotonic()
     allocs: dict[str, Allocation] = {}
     allocs["sequential"] = allocate("sequential", qs, w, budget)
     allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
@@ -583,7 +584,7 @@ def make_plan(
             chosen_values, chosen_noises = vals, ns
     assert chosen_values is not None and chosen_noises is not None
     if strategy in ("auto", "direct"):
-        t0 = time.monotonic()
+        t0 = t_direct
         dvar = np.array([n.variance() for n in chosen_noises])
         obj, total, worst, per_table = figures(dvar, groups, omega)
         if skip_direct:

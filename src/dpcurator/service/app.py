@@ -87,9 +87,7 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
 # --- who is asking ------------------------------------------------------------------------
 
 
-def caller(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
+def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The analyst a request comes from: a valid bearer token, within its rate."""
     if authorization is None:
         raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
@@ -333,4 +331,3 @@ def _analyst(curator: Curator, record: Any) -> m.AnalystOut:
         admin=record.admin,
         active=record.active,
     )
-

@@ -31,7 +31,9 @@ class _Cost(_Body):
 
 
 class CountRequest(_Cost):
-    query: str | None = Field(default=None, description="a predicate, e.g. \"age < 30\"; none: all rows")
+    query: str | None = Field(
+        default=None, description='a predicate, e.g. "age < 30"; none: all rows'
+    )
 
     def args(self) -> dict[str, object]:
         return {"query": self.query, **self.cost_args()}
@@ -43,7 +45,12 @@ class HistogramRequest(_Cost):
     where: str | None = None
 
     def args(self) -> dict[str, object]:
-        return {"attribute": self.attribute, "bins": self.bins, "where": self.where, **self.cost_args()}
+        return {
+            "attribute": self.attribute,
+            "bins": self.bins,
+            "where": self.where,
+            **self.cost_args(),
+        }
 
 
 class MarginalRequest(_Cost):
@@ -181,7 +188,9 @@ class EstimateOut(BaseModel):
 class BudgetOut(BaseModel):
     budget: str
     currency: str
-    remaining: float = Field(description="the smaller of what is left for everyone and of your quota")
+    remaining: float = Field(
+        description="the smaller of what is left for everyone and of your quota"
+    )
     remaining_budget: float
     quota: float | None
     quota_remaining: float | None
