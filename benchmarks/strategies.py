@@ -224,7 +224,7 @@ def _cli(tree: Path) -> dict[str, tuple[float, float]]:
             "--out",
             os.devnull + ".csv",
         ],
-        "demo": [sys.executable, "-m", "dpcurator", "demo"],
+        "demo": [sys.executable, "-m", "dpcurator.cli", "demo"],
     }
     out = {}
     for name, cmd in cmds.items():

@@ -348,14 +348,19 @@ def _optimal_for(
     budget: PlanBudget,
     start: Allocation,
     time_limit: float,
+    unweighted: Any = None,
 ) -> Allocation:
-    """The optimal allocation for ``objective`` (``start``: the uniform allocation)."""
-    from dpcurator.planner.allocation import optimal, uniform
+    """The optimal allocation for ``objective`` (``start``: the uniform allocation;
+    ``unweighted``: the queries' maximum overlap, if known)."""
+    from dpcurator.planner.allocation import optimal, single_constraint, uniform
 
     wa = objective_weights(qs, w, objective)
     if wa is None:  # max: the equal split (see make_plan)
-        fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit)
+        fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit, unweighted=unweighted)
         return replace(fair, name="optimal")
+    closed = single_constraint(qs, wa, budget, time_limit=time_limit, unweighted=unweighted)
+    if closed is not None:
+        return closed
     return optimal(qs, wa, budget, time_limit=time_limit, start=start)
 
 
@@ -528,7 +533,7 @@ def make_plan(
         )
         budget = budget.with_amount(available)
     g0 = max_overlap(qs, time_limit=time_limit)
-    from dpcurator.planner.allocation import groups_of
+    from dpcurator.planner.allocation import groups_of, uniform
 
     groups = groups_of(qs)
     omega = objective_weights(qs, w, objective)
@@ -558,14 +563,16 @@ def make_plan(
     t_direct = time.monotonic()
     allocs: dict[str, Allocation] = {}
     allocs["sequential"] = allocate("sequential", qs, w, budget)
-    allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
+    allocs["uniform"] = uniform(qs, w, budget, time_limit=time_limit, unweighted=g0)
     skip_direct = False
     direct_bound = None
     if omega is not None and best_structured is not None and strategy != "direct":
         direct_bound = direct_lower_bound(omega, g0.witness_queries, budget)
         skip_direct = direct_bound > best_structured
     if (allocation == "optimal" or compare) and not skip_direct:
-        allocs["optimal"] = _optimal_for(objective, qs, w, budget, allocs["uniform"], time_limit)
+        allocs["optimal"] = _optimal_for(
+            objective, qs, w, budget, allocs["uniform"], time_limit, g0
+        )
         notes.extend(allocs["optimal"].notes)
     direct_name = allocation if allocation in allocs else "uniform"
     if skip_direct:

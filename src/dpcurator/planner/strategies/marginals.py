@@ -214,7 +214,7 @@ def optimise(
     # structured starts, then a fixed number of random ones from a fixed seed (public,
     # data-independent and reproducible: the same workload always gets the same plan).
     starts = [np.where(own > 0, 1.0, 0.0), np.sqrt(own), np.ones(m), maximal]
-    if currency == "epsilon":
+    if currency == "epsilon" and m > 4:
         rng = np.random.default_rng(RANDOM_STARTS_SEED)
         starts += [rng.dirichlet(np.ones(m)) for _ in range(RANDOM_STARTS)]
     weights = np.ones(len(model.profiles)) if omega is None else omega

@@ -160,7 +160,7 @@ def optimise(
     """Level costs summing to at most ``budget`` for the weighted objective ``omega``
     (per distinct query) or, when None, the largest variance."""
     k = len(model.levels)
-    starts = [np.ones(k), np.r_[np.ones(k - 1), float(k)], np.r_[float(k), np.ones(k - 1)]]
+    starts = [np.ones(k), np.r_[np.ones(k - 1), float(k)]]
     starts = starts[:1] if k == 1 else starts
     weights = np.ones(len(model.queries)) if omega is None else omega
     c, _ = minimise_weighted(model.weighted_fn(weights, currency), np.ones(1), budget, starts)
