@@ -40,7 +40,9 @@ class DerivedAnswer:
     ``variance`` is its exact variance (a known linear combination of the independent
     exact noises); ``half_width`` is the normal approximation's 95% half-width from it
     (the error is a sum of many independent discrete noises; the interval is
-    approximate). ``charge_ids`` are the ledger charges it was derived from.
+    approximate). ``charge_ids`` are the ledger charges it was derived from;
+    ``remaining`` is what is left at the worst point of the domain right after the
+    release (its tables cover every point, so at least this is left on any query's).
     """
 
     query: str

@@ -905,7 +905,9 @@ class Curator:
                 rec["derived"] = {tx: float(v) for tx, v in zip(texts, estimates, strict=True)}
             records.append((cid, rec))
         self._ledger.record_answers(records)
-        remaining = self._remaining(list(plan.queries), t, analyst, BATCH_REMAINING_LIMIT)
+        # The release's charges cover every point: what is left after it is reported at
+        # the worst point of the domain (on any query's points, at least this is left).
+        left = self._remaining([None], None, analyst)[0].value
         z = NormalDist().inv_cdf(0.975)
         return [
             DerivedAnswer(
@@ -915,10 +917,10 @@ class Curator:
                 z * math.sqrt(max(float(var), 0.0)),
                 sp.name,
                 cur,
-                r.value,
+                left,
                 ids,
             )
-            for tx, v, var, r in zip(texts, estimates, sp.variances, remaining, strict=True)
+            for tx, v, var in zip(texts, estimates, sp.variances, strict=True)
         ]
 
     # --- budget and history ------------------------------------------------------------

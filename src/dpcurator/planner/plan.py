@@ -356,6 +356,8 @@ def _optimal_for(
 
     wa = objective_weights(qs, w, objective)
     if wa is None:  # max: the equal split (see make_plan)
+        if start.name == "uniform" and len(set(w)) == 1:
+            return replace(start, name="optimal")  # the same split, already certified
         fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit, unweighted=unweighted)
         return replace(fair, name="optimal")
     closed = single_constraint(qs, wa, budget, time_limit=time_limit, unweighted=unweighted)
@@ -378,7 +380,11 @@ class Errors:
 
     @property
     def label(self) -> str:
-        return self.allocation if self.objective is None else f"optimal ({self.objective})"
+        if self.objective is None:
+            return self.allocation
+        if self.allocation in ("sequential", "uniform", "optimal"):
+            return f"optimal ({self.objective})"
+        return f"{self.allocation} ({self.objective})"  # a strategy's least-squares answers
 
     @property
     def total(self) -> float:
@@ -456,6 +462,26 @@ def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
             a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit)
         out.append(errors(a, o))
     return out
+
+
+def strategy_errors(plan: Plan) -> list[Errors]:
+    """The chosen strategy's answers' expected errors, as :class:`Errors` (allocation:
+    the strategy's name; objective: the plan's), or [] when the strategy is direct."""
+    from dpcurator.planner.allocation import groups_of
+
+    if plan.strategy is None:
+        return []
+    lines = tuple(q.line for q in plan.queries)
+    return [
+        Errors(
+            plan.strategy.name,
+            plan.objective,
+            plan.strategy.variances.copy(),
+            groups_of(plan.queries),
+            lines,
+            None,
+        )
+    ]
 
 
 def make_plan(
