@@ -121,7 +121,7 @@ def plan_figures(w: dict) -> dict:
     """Plan ``w`` with the tree on sys.path: direct (optimal, total) figure and time, and,
     when this tree has strategies, every candidate's."""
     from dpcurator.planner import make_plan
-    from dpcurator.privacy import PureDP, ZCDP
+    from dpcurator.privacy import ZCDP, PureDP
     from dpcurator.queries import Schema, parse_workload_text
 
     schema = Schema.load(w["schema"])
@@ -155,7 +155,7 @@ def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float]:
     from dpcurator.backends import load_table
     from dpcurator.mechanisms import SystemRandomSource
     from dpcurator.planner import make_plan
-    from dpcurator.privacy import PureDP, ZCDP
+    from dpcurator.privacy import ZCDP, PureDP
     from dpcurator.queries import Query, Schema, parse_workload_text
 
     schema = Schema.load(w["schema"])

@@ -79,10 +79,10 @@ def test_marginals_match_dense_least_squares(seed):
     rng = np.random.default_rng(seed)
     keep = rng.random(len(model.subsets)) < 0.5
     keep[-1] = True  # the full table: every query answerable
-    sub = mg.restricted(model, tuple(s for s, k in zip(model.subsets, keep) if k))
+    sub = mg.restricted(model, tuple(s for s, k in zip(model.subsets, keep, strict=True) if k))
     w = rng.uniform(0.2, 3.0, len(sub.subsets))
     mats = [_marginal_matrix(dom, s) for s in sub.subsets]
-    gram = sum(wi * m.T @ m for wi, m in zip(w, mats))
+    gram = sum(wi * m.T @ m for wi, m in zip(w, mats, strict=True))
     pinv = np.linalg.pinv(gram)
     dense_w = _dense_queries(dom, len(wl.queries))
     dense_var = np.einsum("ij,jk,ik->i", dense_w, pinv, dense_w)
@@ -92,13 +92,13 @@ def test_marginals_match_dense_least_squares(seed):
     x = rng.integers(0, 30, int(np.prod(dom.sizes))).astype(float)
     ys = {
         s: (m @ x + rng.normal(0, 1 / np.sqrt(wi), m.shape[0])).reshape(mg.table_shape(dom, s))
-        for s, m, wi in zip(sub.subsets, mats, w)
+        for s, m, wi in zip(sub.subsets, mats, w, strict=True)
     }
     a = np.vstack(mats)
-    wt = np.concatenate([np.full(m.shape[0], wi) for m, wi in zip(mats, w)])
+    wt = np.concatenate([np.full(m.shape[0], wi) for m, wi in zip(mats, w, strict=True)])
     y = np.concatenate([ys[s].ravel() for s in sub.subsets])
     xhat = np.linalg.pinv(a.T @ (wt[:, None] * a)) @ (a.T @ (wt * y))
-    got = mg.reconstruct(sub, ys, dict(zip(sub.subsets, w)))
+    got = mg.reconstruct(sub, ys, dict(zip(sub.subsets, w, strict=True)))
     np.testing.assert_allclose(got, dense_w @ xhat, rtol=1e-9, atol=1e-8)
     assert got[-1] == 0.0  # the empty query
 
@@ -117,7 +117,7 @@ def test_tree_matches_dense_least_squares(b):
     w = rng.uniform(0.2, 3.0, len(levels))
     mats = [rg._matrix(lv, dom.sizes[0]) for lv in levels]
     a = np.vstack(mats)
-    wt = np.concatenate([np.full(m.shape[0], wi) for m, wi in zip(mats, w)])
+    wt = np.concatenate([np.full(m.shape[0], wi) for m, wi in zip(mats, w, strict=True)])
     x = rng.integers(0, 30, dom.sizes[0]).astype(float)
     ys = [m @ x + rng.normal(0, 1, m.shape[0]) for m in mats]
     xhat = np.linalg.lstsq(np.sqrt(wt)[:, None] * a, np.sqrt(wt) * np.concatenate(ys), rcond=None)[
@@ -163,9 +163,9 @@ def test_per_point_charges_brute_force(text, strategy, guarantee):
     budget = PlanBudget.of(guarantee)
     cells = [[Query.from_coverages(SCHEMA, c) for c in m.cells] for m in sp.measurements]
     for pos in _points(SCHEMA):
-        point = {a.name: a.value(p) for a, p in zip(SCHEMA.attributes, pos)}
+        point = {a.name: a.value(p) for a, p in zip(SCHEMA.attributes, pos, strict=True)}
         loss = Fraction(0)
-        for m, qs in zip(sp.measurements, cells):
+        for m, qs in zip(sp.measurements, cells, strict=True):
             assert sum(q.covers(point) for q in qs) == 1
             v = exact(m.value)
             loss += v * v if budget.currency == "mu" else v
