@@ -370,6 +370,12 @@ class Dashboard:
             hw = half_width(r.noise)
             cells = []
             answer = r.answer if isinstance(r.answer, dict) else {}
+            # a strategy's table: its noisy cells, the release's charges, and (on the
+            # release's first charge) the asked answers derived from all of them
+            release = answer.get("release") if r.kind == "strategy" else None
+            derived = answer.get("derived") if release is not None else None
+            if release is not None:
+                answer = answer.get("cells") if isinstance(answer.get("cells"), dict) else {}
             for label, value in list(answer.items())[:MAX_CELLS_SHOWN]:
                 if isinstance(value, int) and not isinstance(value, bool):
                     cells.append(
@@ -398,6 +404,15 @@ class Dashboard:
                     "cells_total": len(answer),
                 }
             )
+            if release is not None:
+                items[-1]["release"] = [i for i in release if isinstance(i, int)]
+                if isinstance(derived, dict):
+                    items[-1]["derived"] = [
+                        {"query": str(q), "value": v}
+                        for q, v in list(derived.items())[:MAX_CELLS_SHOWN]
+                        if isinstance(v, int | float) and not isinstance(v, bool)
+                    ]
+                    items[-1]["derived_total"] = len(derived)
             if cells and hw is not None and len(panels) < PANELS:
                 title = f"#{r.id} {r.request}"
                 if len(answer) > 30:
