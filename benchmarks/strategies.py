@@ -148,8 +148,9 @@ def plan_figures(w: dict) -> dict:
     return out
 
 
-def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float]:
-    """(strategy, planned total, mean over releases of the total squared error, seconds)."""
+def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float, float]:
+    """(strategy, planned total, mean over releases of the total squared error, its
+    standard error from the releases, seconds)."""
     import numpy as np
 
     from dpcurator.backends import load_table
@@ -185,7 +186,8 @@ def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float]:
             ]
             errs.append(float(np.sum((sp.reconstruct(noisy) - truth) ** 2)))
     be.close()
-    return plan.strategy_name, planned, float(np.mean(errs)), time.perf_counter() - t0
+    se = float(np.std(errs, ddof=1) / np.sqrt(len(errs)))
+    return plan.strategy_name, planned, float(np.mean(errs)), se, time.perf_counter() - t0
 
 
 def _worker(tree: Path, ws: list[dict]) -> list[dict]:
