@@ -286,11 +286,11 @@ def main() -> None:
         if w["published"]:
             src, fig = w["published"]
             print(f"{w['name']:<27}{'published':<11}{fig:>14,.0f}{'':>8}  {src}")
-        chosen, planned, mse, secs = empirical(w, args.releases)
+        chosen, planned, mse, se, secs = empirical(w, args.releases)
         ratio = mse / planned
         print(
             f"{w['name']:<27}{'EMPIRICAL':<11}{mse:>14,.0f}{secs:>8.2f}  {chosen}: mean of "
-            f"{args.releases} releases / planned = {ratio:.3f}"
+            f"{args.releases} releases / planned = {ratio:.3f} +- {se / planned:.3f} (s.e.)"
         )
         print(
             f"{w['name']:<27}{'TOTAL PLAN':<11}{'':>14}{after['seconds']:>8.2f}  make_plan, all candidates"
