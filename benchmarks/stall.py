@@ -79,11 +79,7 @@ def main() -> None:
         )
         (tmp / "hard.json").write_text(
             json.dumps(
-                {
-                    "attributes": [
-                        {"name": a, "type": "categorical", "values": VALUES} for a in ATTRS
-                    ]
-                }
+                {"attributes": [{"name": a, "type": "categorical", "values": VALUES} for a in ATTRS]}
             )
         )
         pd.DataFrame({"x": g.integers(0, 10, 2000)}).to_csv(tmp / "easy.csv", index=False)

@@ -431,7 +431,6 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
 
 def test_request_limits_are_per_curator_and_checked_before_building(people):
     from dpcurator.curator.requests import RequestLimits
-
     data, schema, _ = people
     with Curator.open(
         data=data, schema=schema, budget=ONE, limits=RequestLimits(max_cells=50, max_queries=120)

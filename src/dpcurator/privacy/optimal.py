@@ -254,7 +254,9 @@ def optimal_epsilon(epsilon: float, delta: float, n: int, target_delta: float) -
     )
 
 
-def optimal_epsilon_exact(eps: Fraction, d: Fraction, n: int, target_delta: float) -> float | None:
+def optimal_epsilon_exact(
+    eps: Fraction, d: Fraction, n: int, target_delta: float
+) -> float | None:
     """:func:`optimal_epsilon` for exact eps and delta.
 
     A float root of :func:`optimal_delta_float` is the candidate; the enclosure

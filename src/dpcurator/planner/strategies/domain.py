@@ -33,13 +33,6 @@ MAX_PIECES = 100_000
 
 
 @dataclass(frozen=True)
-class Piece:
-    """One piece of an attribute: its value positions as intervals."""
-
-    intervals: IntervalSet
-
-
-@dataclass(frozen=True)
 class AtomDomain:
     """The constrained attributes (schema order), each cut into pieces, and every
     workload box as per-attribute 0/1 vectors over those pieces.
