@@ -211,7 +211,7 @@ def _cli(tree: Path) -> dict[str, tuple[float, float]]:
         "answer ranges.txt": [
             sys.executable,
             "-m",
-            "dpcurator",
+            "dpcurator.cli",
             "answer",
             "--data",
             str(ex / "data/adult-sample.csv"),
