@@ -29,9 +29,12 @@ MIXTURE = ROOT / "examples" / "adult" / "mixture.txt"
 COLUMNS = ROOT / "examples" / "adult" / "columns.txt"
 ADULT = Path("/work/shared/data/adult/adult.data")
 BASE = ["answer", "--data", SAMPLE, "--schema", SCHEMA, "--separator", ",", "--header"]
+DIRECT = ["--strategy", "direct"]  # these tests study the measurement of the asked queries
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
+    if argv and argv[0] == "answer" and "--strategy" not in argv:
+        argv = (*argv, *DIRECT)
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err

@@ -146,7 +146,7 @@ def plot_release(
         idx = [i for i, q in enumerate(plan.queries) if q.line == ln]
         for k in errors:
             per_line[k].append(float(np.mean([errors[k][i] for i in idx])))
-        cost_line.append(float(np.mean([rows[i]["cost"] for i in idx])))
+        cost_line.append(float(np.mean([plan.values[i] for i in idx])))  # the direct split's
         cells.append(len(idx))
 
     fig = plt.figure(figsize=(12, 15), layout="constrained")

@@ -34,7 +34,7 @@ from dpcurator.curator.admission import (
     check_and_charge,
     query_of,
 )
-from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
 from dpcurator.curator.overlap_filter import (
@@ -886,9 +886,16 @@ class Curator:
         table: str | None = None,
         time_limit: float = 30.0,
         objective: str = "per-table",
+        strategy: str = "auto",
         _analyst: str | None = None,
-    ) -> tuple[Plan, list[Answer]]:
+    ) -> tuple[Plan, list[Answer] | list[DerivedAnswer]]:
         """Plan a whole workload and release it, all or nothing.
+
+        ``strategy`` (see :func:`dpcurator.planner.make_plan`): ``direct`` measures the
+        asked queries and returns their noisy counts (:class:`Answer`); ``marginals``,
+        ``identity`` and ``tree`` measure tables, charged like histograms in one
+        transaction, and return every asked query's least-squares estimate
+        (:class:`DerivedAnswer`); ``auto`` (the default) picks the least expected error.
 
         ``workload``: workload text (queries, ``histogram(...)``, ``marginal(...)``, one
         per line; never read as a file name) or a parsed :class:`Workload`. The cost,
@@ -938,6 +945,11 @@ class Curator:
             if left.value > 0
             else Fraction(0),
         )
+        if self._k != 1 and strategy not in ("auto", "direct"):
+            raise InvalidParameter(
+                "strategies other than direct are planned for one row per person; this "
+                "curator has a privacy unit of several rows"
+            )
         plan = make_plan(
             wl.queries,
             wl.weights,
@@ -946,11 +958,76 @@ class Curator:
             available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
             time_limit=time_limit,
             objective=objective,
+            strategy="direct" if self._k != 1 and strategy == "auto" else strategy,
         )
+        if plan.strategy is not None:
+            return plan, self._release_strategy(plan, t, _analyst)
         answers = self.release(
             list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
         )
         return plan, answers
+
+    def _release_strategy(self, plan: Plan, t: str, analyst: str | None) -> list[DerivedAnswer]:
+        """Charge every measured table of ``plan``'s strategy in one transaction (each
+        partitions the domain: one charge covering every point, like a histogram), count
+        and noise their cells, and derive every asked answer by least squares."""
+        from statistics import NormalDist
+
+        sp = plan.strategy
+        assert sp is not None
+        self._quota(analyst)
+        schema = self._schema(t)
+        cur = self.budget.currency
+        everywhere = Query(schema, (), "total")
+        batch, noises, cells = [], [], []
+        for m in sp.measurements:  # every noise and limit before the charge
+            cost = self.budget.cost(**{cur: m.value})
+            noise, _ = self._noise(cost, 1)
+            if noise != m.noise:  # the planned variances assume exactly this noise
+                raise InvalidParameter(f"internal error: {m.label}: noise differs from the plan")
+            qs = [Query.from_coverages(schema, c) for c in m.cells]
+            batch.append(Request(everywhere, cost.amount, "strategy", m.label, str(noise)))
+            noises.append(noise)
+            cells.append(qs)
+        charged = self._charge(t, batch, analyst)
+        ids = tuple(cid for cid, _ in charged)
+        flat = [q for qs in cells for q in qs]
+        truth = np.asarray(self._backends[t].counts(flat), np.int64)
+        noisy, start = [], 0
+        for qs, noise in zip(cells, noises, strict=True):
+            drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
+            noisy.append(truth[start : start + len(qs)] + drawn)
+            start += len(qs)
+        estimates = sp.reconstruct(noisy)
+        texts = [q.text or "total" for q in plan.queries]
+        records: list[tuple[int, object]] = []
+        for i, (cid, qs, y) in enumerate(zip(ids, cells, noisy, strict=True)):
+            rec: dict[str, object] = {
+                "strategy": sp.name,
+                "release": list(ids),
+                "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
+            }
+            if i == 0:  # the asked answers, derived from every charge of the release
+                rec["derived"] = {tx: float(v) for tx, v in zip(texts, estimates, strict=True)}
+            records.append((cid, rec))
+        self._ledger.record_answers(records)
+        # The release's charges cover every point: what is left after it is reported at
+        # the worst point of the domain (on any query's points, at least this is left).
+        left = self._remaining([None], None, analyst)[0].value
+        z = NormalDist().inv_cdf(0.975)
+        return [
+            DerivedAnswer(
+                tx,
+                float(v),
+                float(var),
+                z * math.sqrt(max(float(var), 0.0)),
+                sp.name,
+                cur,
+                left,
+                ids,
+            )
+            for tx, v, var in zip(texts, estimates, sp.variances, strict=True)
+        ]
 
     # --- budget and history ------------------------------------------------------------
 
@@ -1137,7 +1214,9 @@ class AnalystSession:
     def estimate(self, kind: str, **args: Any) -> Estimate:
         return self._c.estimate(kind, _analyst=self.name, **args)
 
-    def release_workload(self, workload: str | Workload, **kw: Any) -> tuple[Plan, list[Answer]]:
+    def release_workload(
+        self, workload: str | Workload, **kw: Any
+    ) -> tuple[Plan, list[Answer] | list[DerivedAnswer]]:
         return self._c.release_workload(workload, _analyst=self.name, **kw)
 
     def remaining(self, query: str | Query | None = None, **kw: Any) -> float:

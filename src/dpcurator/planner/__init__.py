@@ -25,6 +25,7 @@ from dpcurator.planner.plan import (
     laplace_alternative,
     make_plan,
     objective_weights,
+    strategy_errors,
 )
 
 __all__ = [
@@ -45,5 +46,6 @@ __all__ = [
     "optimal",
     "round_down",
     "sequential",
+    "strategy_errors",
     "uniform",
 ]

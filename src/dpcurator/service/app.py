@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dpcurator.curator import AnalystSession, Answer, Curator, TableAnswer
+from dpcurator.curator import AnalystSession, Answer, Curator, DerivedAnswer, TableAnswer
 from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
@@ -73,6 +73,20 @@ def _answer(a: Answer) -> m.AnswerOut:
         noise=m.NoiseOut(name=a.noise, parameter=a.noise_parameter),
         remaining=a.remaining,
         charge_id=a.charge_id,
+    )
+
+
+def _derived(a: DerivedAnswer) -> m.DerivedAnswerOut:
+    return m.DerivedAnswerOut(
+        query=a.query,
+        value=a.value,
+        variance=a.variance,
+        interval=a.interval,
+        half_width=a.half_width,
+        strategy=a.strategy,
+        currency=a.currency,
+        remaining=a.remaining,
+        charge_ids=list(a.charge_ids),
     )
 
 
@@ -245,10 +259,15 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             mu=body.mu,
             allocation=body.allocation,
             objective=body.objective,
+            strategy=body.strategy,
             table=body.table,
         )
+        direct = plan.strategy is None
         return m.ReleaseOut(
-            answers=[_answer(a) for a in answers],
+            answers=[_answer(a) for a in answers] if direct else [],  # type: ignore[arg-type]
+            derived=[] if direct else [_derived(a) for a in answers],  # type: ignore[arg-type]
+            strategy=plan.strategy_name,
+            strategies=[m.StrategyOut(**c.to_dict()) for c in plan.candidates],
             allocation=plan.allocation.name,
             objective=plan.objective,
             gamma=plan.gamma,
