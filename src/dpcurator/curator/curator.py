@@ -989,31 +989,50 @@ class Curator:
             batch.append(Request(everywhere, cost.amount, "strategy", m.label, str(noise)))
             noises.append(noise)
             cells.append(qs)
-        charged = self._charge(t, batch, analyst)
-        ids = tuple(cid for cid, _ in charged)
+        if len(batch) > self.limits.max_charges:
+            raise TooLarge(
+                f"the strategy measures {len(batch)} tables, over the limit max_charges = "
+                f"{self.limits.max_charges}"
+            )
+        for m, qs in zip(sp.measurements, cells, strict=True):
+            if len(qs) > self.limits.max_cells:
+                raise TooLarge(
+                    f"the strategy's table {m.label} has {len(qs)} cells, over the limit "
+                    f"max_cells = {self.limits.max_cells}"
+                )
         flat = [q for qs in cells for q in qs]
-        truth = np.asarray(self._backends[t].counts(flat), np.int64)
-        noisy, start = [], 0
-        for qs, noise in zip(cells, noises, strict=True):
-            drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
-            noisy.append(truth[start : start + len(qs)] + drawn)
-            start += len(qs)
-        estimates = sp.reconstruct(noisy)
+        estimates: list[float] = []
+
+        def answers() -> list[object]:
+            # counted, noised and reconstructed once admitted; released once committed
+            truth = np.asarray(self._backends[t].counts(flat), np.int64)
+            noisy, start = [], 0
+            for qs, noise in zip(cells, noises, strict=True):
+                drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
+                noisy.append(truth[start : start + len(qs)] + drawn)
+                start += len(qs)
+            estimates.extend(float(v) for v in sp.reconstruct(noisy))
+            texts = [q.text or "total" for q in plan.queries]
+            records: list[object] = []
+            for i, (qs, y) in enumerate(zip(cells, noisy, strict=True)):
+                rec: dict[str, object] = {
+                    "strategy": sp.name,
+                    # i-th of n charges written consecutively in one transaction: the
+                    # release's charges are ids (this one - i) .. (this one - i + n - 1)
+                    "part": [i, len(cells)],
+                    "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
+                }
+                if i == 0:  # the asked answers, derived from every charge of the release
+                    rec["derived"] = dict(zip(texts, estimates, strict=True))
+                records.append(rec)
+            return records
+
+        charged = self._charge(t, batch, analyst, answers)
+        ids = tuple(cid for cid, _ in charged)
         texts = [q.text or "total" for q in plan.queries]
-        records: list[tuple[int, object]] = []
-        for i, (cid, qs, y) in enumerate(zip(ids, cells, noisy, strict=True)):
-            rec: dict[str, object] = {
-                "strategy": sp.name,
-                "release": list(ids),
-                "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
-            }
-            if i == 0:  # the asked answers, derived from every charge of the release
-                rec["derived"] = {tx: float(v) for tx, v in zip(texts, estimates, strict=True)}
-            records.append((cid, rec))
-        self._ledger.record_answers(records)
         # The release's charges cover every point: what is left after it is reported at
-        # the worst point of the domain (on any query's points, at least this is left).
-        left = self._remaining([None], None, analyst)[0].value
+        # the worst point of the table (on any query's points, at least this is left).
+        left = self._quick_remaining([everywhere], t, analyst)[0].value
         z = NormalDist().inv_cdf(0.975)
         return [
             DerivedAnswer(

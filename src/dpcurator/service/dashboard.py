@@ -372,7 +372,15 @@ class Dashboard:
             answer = r.answer if isinstance(r.answer, dict) else {}
             # a strategy's table: its noisy cells, the release's charges, and (on the
             # release's first charge) the asked answers derived from all of them
-            release = answer.get("release") if r.kind == "strategy" else None
+            part = answer.get("part") if r.kind == "strategy" else None
+            release = None
+            if (
+                isinstance(part, list)
+                and len(part) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in part)
+                and 0 <= part[0] < part[1] <= 10**6
+            ):
+                release = list(range(r.id - part[0], r.id - part[0] + part[1]))
             derived = answer.get("derived") if release is not None else None
             if release is not None:
                 answer = answer.get("cells") if isinstance(answer.get("cells"), dict) else {}
@@ -405,7 +413,7 @@ class Dashboard:
                 }
             )
             if release is not None:
-                items[-1]["release"] = [i for i in release if isinstance(i, int)]
+                items[-1]["release"] = release
                 if isinstance(derived, dict):
                     items[-1]["derived"] = [
                         {"query": str(q), "value": v}
