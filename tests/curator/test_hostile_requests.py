@@ -399,33 +399,44 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
             parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
         return " AND ".join(parts)
 
+    from dpcurator.curator import overlap_filter
+
     with Curator.open(
         data=tmp_path / "h.csv",
         schema=tmp_path / "h.json",
-        budget=PureDP(1000.0),
+        budget=PureDP(100.0),
         ledger=tmp_path / "l.db",
     ) as c:
-        c._time_limit = 0.01  # fill quickly (safe bounds), until the levels pass the budget
-        for _ in range(340):
-            with contextlib.suppress(BudgetExceeded):
-                c.count(hard(), epsilon=3.0)
-        c._time_limit = 3.0
+        # levels past the budget: every new request needs the exact computation
+        c.release([hard() for _ in range(100)], [1.0] * 100)
+        inside = threading.Event()
+        real = overlap_filter.max_loss
+
+        def slow_max_loss(*args, **kw):  # the exact computation, made to take a second
+            inside.set()
+            time.sleep(1.0)
+            return real(*args, **kw)
+
         done = threading.Event()
 
         def slow() -> None:
             with contextlib.suppress(BudgetExceeded):
-                c.count(hard(), epsilon=3.0)
+                c.count(hard(), epsilon=1.0)
             done.set()
 
-        t = threading.Thread(target=slow)
-        t.start()
-        time.sleep(0.5)  # the slow request is inside its exact computation by now
-        other = sqlite3.connect(tmp_path / "l.db", timeout=10)
-        other.execute("BEGIN IMMEDIATE")  # the write lock every curator process takes
-        got_lock_while_solving = not done.is_set()
-        other.execute("ROLLBACK")
-        other.close()
-        t.join()
+        overlap_filter.max_loss = slow_max_loss
+        try:
+            t = threading.Thread(target=slow)
+            t.start()
+            assert inside.wait(10)  # the slow request is inside its exact computation
+            other = sqlite3.connect(tmp_path / "l.db", timeout=10)
+            other.execute("BEGIN IMMEDIATE")  # the write lock every curator process takes
+            got_lock_while_solving = not done.is_set()
+            other.execute("ROLLBACK")
+            other.close()
+            t.join()
+        finally:
+            overlap_filter.max_loss = real
         assert got_lock_while_solving
 
 

@@ -98,6 +98,29 @@ def test_search_is_exact(problem: Problem) -> None:
 
 
 @SLOW
+@given(problems(), st.floats(-0.5, 1.5), st.sampled_from(["done", "stopped"]))
+def test_a_run_at_a_target_settles_it_truthfully(problem: Problem, frac: float, how: str) -> None:
+    """With a target T the run may stop at "at most T" (its upper bound <= T) or at a
+    point beyond T; either is the brute-force truth, and bounds stay safe."""
+    truth = brute(problem)
+    search = search_of(problem)
+    best, x = start(search)
+    lam, root = search.root(best, math.inf, math.inf)
+    target = frac * truth
+    deadline = math.inf if how == "done" else time.monotonic() - 1
+    upper, value, point, exact = search.run(lam, root, best, x, deadline, target)
+    assert upper >= truth - 1e-9
+    assert value <= truth + 1e-9
+    assert search.value(point) == pytest.approx(value, abs=1e-12)
+    if exact:
+        assert value == pytest.approx(truth, abs=1e-9)
+    if how == "done":  # a finished run settles the question one way or the other
+        assert upper <= search.certified(target) + 1e-9 or value > target
+    if upper <= target:
+        assert truth <= target + 1e-9
+
+
+@SLOW
 @given(problems(), st.sampled_from(["stopped", "soon", "threshold"]), st.floats(0, 1))
 def test_bounds_are_never_below_the_maximum(problem: Problem, how: str, frac: float) -> None:
     truth = brute(problem)

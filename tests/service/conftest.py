@@ -138,19 +138,23 @@ class Server:
 def start_server(
     directory: Path,
     *args: object,
-    data: tuple[Path, Path] | None = None,
+    data: tuple[Path, Path] | bool | None = None,
     ledger: Path | None = None,
     budget: Sequence[object] = ("--epsilon", "100"),
     config: str | None = None,
     timeout: float = 60.0,
 ) -> Server:
-    """Start ``dpcurator serve`` on ``--port 0`` and wait for its ``listening on`` line."""
+    """Start ``dpcurator serve`` on ``--port 0`` and wait for its ``listening on`` line
+    (``data=False``: the tables come from ``config``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if data is None:
         data = write_people(directory)
     ledger = ledger or directory / "ledger.db"
     cmd = [sys.executable, "-m", "dpcurator.cli", "serve", "--port", "0", "--ledger", ledger]
-    cmd += ["--data", data[0], "--schema", data[1], *budget]
+    if data is not False:
+        assert isinstance(data, tuple)
+        cmd += ["--data", data[0], "--schema", data[1]]
+    cmd += [*budget]
     if config is not None:
         cfg = directory / f"server-{time.monotonic_ns()}.toml"
         cfg.write_text(config)

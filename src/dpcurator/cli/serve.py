@@ -237,6 +237,26 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
     )
 
 
+def _stoppable_server(config: Any, curator: Any) -> Any:
+    """A uvicorn server for ``config`` that stops ``curator`` at its first signal."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which also stops the curator's undecided requests at the
+        first SIGINT or SIGTERM: they answer 503 at once, and what was not charged yet
+        never is, so the graceful shutdown ends within seconds."""
+
+        def __init__(self, config: uvicorn.Config, curator: Any) -> None:
+            super().__init__(config)
+            self.curator = curator
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.curator.stop()
+            super().handle_exit(sig, frame)
+
+    return Server(config, curator)
+
+
 class _Stopped(Exception):
     """SIGTERM arrived (uvicorn re-raises it once it has shut down gracefully)."""
 
@@ -346,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
             ssl_keyfile=key,
             timeout_graceful_shutdown=5,
         )
-        _serve_until_stopped(uvicorn.Server(config), sock)
+        _serve_until_stopped(_stoppable_server(config, curator), sock)
     finally:
         curator.close()
         if tmp is not None:

@@ -48,6 +48,9 @@ from dpcurator.queries.boolean import BooleanQuery
 FORK_ATTEMPTS = 4
 #: The most (new charge, request) pairs re-validated one by one under the lock.
 REVALIDATE_PAIRS = 20_000
+#: Seconds of exact checks a request may run in its own thread before it queues for the
+#: solver pool (most are settled within them).
+QUICK_EXACT = 0.05
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,15 @@ def _decide_from(
     analyst: str | None,
     quota: Fraction | None,
     deadline: float | None,
+    *,
+    settled_only: bool = False,
 ) -> bool:
     """Decide the requests of the batch after the ``len(done)`` already decided, in
     order, on the fork ``filt``, appending to ``done`` and adding each admitted one
     (with a provisional negative id) when a later one must see it. Returns False when
-    ``deadline`` is None and the bounds do not suffice; raises :class:`Refused`."""
+    ``deadline`` is None and the bounds do not suffice, or, with ``settled_only``, at a
+    refusal the exact check could not settle in time (to be decided again with more);
+    raises :class:`Refused`."""
     for i in range(len(done), len(batch)):
         if i % 64 == 0:
             deadlines.check()
@@ -91,11 +98,36 @@ def _decide_from(
         if d is None:
             return False
         if not d.admitted:
+            if settled_only and not d.exact:
+                return False
             raise Refused(i, d)
         if i + 1 < len(batch):
             filt.add(Charge(-1 - i, table, analyst, r.query, r.cost, d.level))
         done.append(d)
     return True
+
+
+def _quickly(
+    fork: OverlapFilter,
+    table: str,
+    batch: Sequence[Request],
+    done: list[Decision],
+    analyst: str | None,
+    quota: Fraction | None,
+    deadline: Deadline,
+) -> bool:
+    """Continue deciding with exact checks in this thread, for :data:`QUICK_EXACT`
+    seconds at most (every loop of the computation sees that deadline); False when
+    that does not settle everything (the rest waits for the solver pool)."""
+    quick = Deadline(min(time.monotonic() + QUICK_EXACT, deadline.at), deadline.seconds)
+    try:
+        with deadlines.within(quick):
+            return _decide_from(
+                fork, table, batch, done, analyst, quota, quick.at, settled_only=True
+            )
+    except Undecided:
+        deadlines.check()  # the request's own deadline, or a shutdown: give up
+        return False
 
 
 def _revalidate(
@@ -167,7 +199,11 @@ def check_and_charge(
             fork = filt.fork()
         version = fork.version
         done: list[Decision] = []
-        if not _decide_from(fork, table, batch, done, analyst, quota, None):
+        # the bounds; then a short exact check in this thread (a threshold far from the
+        # maximum settles in milliseconds); only what that leaves waits for the pool
+        if not _decide_from(fork, table, batch, done, analyst, quota, None) and not _quickly(
+            fork, table, batch, done, analyst, quota, deadline
+        ):
 
             def exact(
                 fork: OverlapFilter = fork,

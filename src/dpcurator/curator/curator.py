@@ -145,6 +145,10 @@ class Estimate:
     exact: bool
 
 
+#: Seconds the answers of one request may spend making their remaining figures exact on
+#: small grids (past it, the levels' bound: a large batch stays quick).
+QUICK_REMAINING = 0.05
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -330,10 +334,17 @@ class Curator:
             solver_threads=solver_threads,
         )
 
-    def close(self) -> None:
-        """Stop the requests in flight (at their next deadline check: nothing half-done
-        is committed), then close the data and the ledger."""
+    def stop(self) -> None:
+        """Refuse new requests and those in flight that are not charged yet (at their
+        next deadline check, :class:`~dpcurator.errors.Undecided`, nothing charged);
+        requests already charged finish and are answered. A server calls it as soon as
+        it is asked to shut down."""
         self._stopping.set()
+
+    def close(self) -> None:
+        """Stop the requests in flight (see :meth:`stop`), then close the data and the
+        ledger."""
+        self.stop()
         self._pool.close()
         for be in self._backends.values():
             be.close()
@@ -1114,12 +1125,14 @@ class Curator:
             fork = self._filter.fork()
         done: dict[tuple, Remaining] = {}
         out = []
+        grids_until = time.monotonic() + QUICK_REMAINING
         for q in queries:
             key = coverage_key(q)
             if key not in done:
+                grid = time.monotonic() < grids_until  # then the levels alone
 
-                def spent(who: str | None, q: Query = q) -> Loss:
-                    return fork.quick_spent_on(table, q, who)
+                def spent(who: str | None, q: Query = q, grid: bool = grid) -> Loss:
+                    return fork.quick_spent_on(table, q, who, grid=grid)
 
                 done[key] = self._left(spent, quota, analyst)
             out.append(done[key])

@@ -426,8 +426,26 @@ class OverlapFilter:
             self._log = self._log[: self._n]
         self._log.append(charge)
         self._n += 1
-        self._forget(charge.table)
+        self._update_worst(charge)
         return True
+
+    def _update_worst(self, charge: Charge) -> None:
+        """The table's cached worst losses after ``charge``, in O(analysts): the points
+        it covers have lost at most its level (see the module docstring) and at most the
+        previous maximum plus its cost, the others what they had: so the maximum is at
+        most min(max(previous, level), previous + cost), and exactly the previous
+        maximum when that was exact and the level does not pass it (the previous
+        witness is then outside the charge). An analyst's own maximum grows by at most
+        the cost, and only hers."""
+        for key in [k for k in self._worst if k[0] == charge.table]:
+            old = self._worst[key]
+            if key[1] is None:
+                if charge.level <= old.value:
+                    continue
+                bound = min(charge.level, old.value + charge.cost)
+                self._worst[key] = Loss(bound, False)
+            elif key[1] == charge.analyst:
+                self._worst[key] = Loss(old.value + charge.cost, False)
 
     def _forget(self, table: str) -> None:
         if self._worst:
@@ -499,18 +517,31 @@ class OverlapFilter:
 
     # --- exact ------------------------------------------------------------------------
 
-    def worst(self, table: str, analyst: str | None = None, *, deadline: float = math.inf) -> Loss:
-        """max_x L_T(x) over the whole domain of ``table``."""
+    def worst(
+        self,
+        table: str,
+        analyst: str | None = None,
+        *,
+        deadline: float = math.inf,
+        at_most: Fraction | None = None,
+    ) -> Loss:
+        """max_x L_T(x) over the whole domain of ``table``; with ``at_most``, possibly
+        only whether it is at most that (see :func:`max_loss`). Kept until the table
+        changes."""
         key = (table, analyst)
-        if key not in self._worst:
-            loss = max_loss(self.charges(table, analyst), time_limit=_left(deadline))
+        cached = self._worst.get(key)
+        if cached is not None and (cached.exact or (at_most is not None and cached.settles(at_most))):
+            return cached
+        loss = max_loss(self.charges(table, analyst), time_limit=_left(deadline), at_most=at_most)
+        if cached is None or loss.exact or loss.value < cached.value:
             self._worst[key] = loss
-            ix = self._tables.get(table)
-            if analyst is None and loss.exact and ix is not None:
+        ix = self._tables.get(table)
+        if analyst is None and ix is not None:
+            if loss.exact:
                 for i in range(ix.n):
                     ix.lower(i, loss.value)
-                ix.top = min(ix.top, loss.value)  # every level is now at most the maximum
-        return self._worst[key]
+            ix.top = min(ix.top, loss.value)  # every level is at most the maximum's bound
+        return loss
 
     def learn(self, fork: OverlapFilter) -> None:
         """Keep the whole-table worst losses a fork computed, for the tables that have not
@@ -554,17 +585,40 @@ class OverlapFilter:
         return loss
 
     def elsewhere(
-        self, table: str | None, analyst: str | None = None, *, deadline: float = math.inf
+        self,
+        table: str | None,
+        analyst: str | None = None,
+        *,
+        deadline: float = math.inf,
+        at_most: Fraction | None = None,
     ) -> Loss:
         """What a person may have lost in the tables other than ``table`` (all tables if
-        None): the sum of their worst points."""
+        None): the sum of their worst points. With ``at_most``, possibly only whether
+        that sum is at most it: each table then only needs to settle the room the
+        others' bounds leave (``exact`` False when a table stopped there)."""
+        others = [t for t in self._tables if t != table]
+        quick = {t: self._quick_worst(t, analyst) for t in others}
         total, exact = Fraction(0), True
-        for t in self._tables:
-            if t != table:
-                w = self.worst(t, analyst, deadline=deadline)
-                total += w.value
-                exact &= w.exact
+        for n, t in enumerate(others):
+            room = None
+            if at_most is not None:
+                room = at_most - total - sum((quick[u] for u in others[n + 1 :]), Fraction(0))
+            w = self.worst(t, analyst, deadline=deadline, at_most=room)
+            total += w.value
+            exact &= w.exact
         return Loss(total, exact)
+
+    def _quick_worst(self, table: str, analyst: str | None) -> Fraction:
+        """An upper bound on :meth:`worst` in O(1): the cached figure or the top level
+        (for an analyst, also her summed costs)."""
+        ix = self._tables[table]
+        bound = ix.top
+        cached = self._worst.get((table, analyst))
+        if cached is not None:
+            bound = min(bound, cached.value)
+        if analyst is not None:
+            bound = min(bound, ix.spent.get(analyst, Fraction(0)))
+        return bound
 
     def spent_on(
         self, table: str, query: Query, analyst: str | None = None, *, deadline: float = math.inf
@@ -610,7 +664,10 @@ class OverlapFilter:
                 return None
             if time.monotonic() >= deadline:  # no time left for the exact check
                 return Decision(False, here + there, self.budget, here + cost, "budget", False)
-            others = self.elsewhere(table, deadline=deadline)
+            others = self.elsewhere(table, deadline=deadline, at_most=self.budget - cost - here)
+            if not others.exact and others.value > self.budget - cost - here:
+                # not settled with the local bound: the exact local figure may leave more
+                others = self.elsewhere(table, deadline=deadline)
             room = self.budget - cost - others.value  # what the covered points may have lost
             local = self.local(table, query, deadline=deadline, at_most=room)
             here, there = local.value, others.value
@@ -645,12 +702,7 @@ class OverlapFilter:
     def quick_elsewhere(self, table: str | None) -> Fraction:
         """An upper bound on :meth:`elsewhere`: each other table's cached worst loss or
         its largest level, O(tables)."""
-        total = Fraction(0)
-        for t, ix in self._tables.items():
-            if t != table:
-                cached = self._worst.get((t, None))
-                total += cached.value if cached is not None else ix.top
-        return total
+        return sum((self._quick_worst(t, None) for t in self._tables if t != table), Fraction(0))
 
     def quick_mine(
         self,
@@ -675,11 +727,14 @@ class OverlapFilter:
                 mine_there += min(own, cached.value) if cached is not None else own
         return min(here, mine_here) + min(there, mine_there)
 
-    def quick_spent_on(self, table: str, query: Query, analyst: str | None = None) -> Loss:
+    def quick_spent_on(
+        self, table: str, query: Query, analyst: str | None = None, *, grid: bool = True
+    ) -> Loss:
         """A safe upper bound on :meth:`spent_on`, in a few milliseconds whatever the
-        history: levels and each table's cached worst loss, and the exact maximum where
-        the charges near the query make a small grid (``exact`` then says so). What an
-        answer reports as its remaining budget: never more than truly remains."""
+        history: levels and each table's cached worst loss, and (with ``grid``) the
+        exact maximum where the charges near the query make a small grid (``exact``
+        then says so). What an answer reports as its remaining budget: never more than
+        truly remains."""
         index = self._tables.get(table)
         here, exact = Fraction(0), True
         if index is not None and not query.is_empty:
@@ -687,7 +742,7 @@ class OverlapFilter:
             near = [index.charges[i] for i in positions]
             if analyst is not None:
                 near = [c for c in near if c.analyst == analyst]
-            small = _small_grid_loss(near, query)
+            small = _small_grid_loss(near, query) if grid else None
             if small is not None:
                 here = small
             else:

@@ -32,7 +32,7 @@ from dpcurator.errors import InvalidParameter, Undecided
 T = TypeVar("T")
 
 #: Seconds a request waits for its computation past its deadline before it gives up.
-GRACE = 0.25
+GRACE = 0.1
 
 
 class SolverPool:

@@ -106,11 +106,20 @@ def max_overlap(
         if dense is not None:
             v = as_number(dense[0], True)
             return OverlapResult(v, True, v, v, dense[1], dense[2], "dense")
+    if decide_at is not None and len(qs) <= _COLOURING_TIMED:
+        # Only "at most decide_at?" matters: the colouring bound (Smith et al. 2022), a
+        # few milliseconds here, often settles it before any search (a threshold far
+        # above the maximum is the common case of an admission check).
+        bound = colouring_bound(qs, w).value
+        if bound <= decide_at:
+            return _settled_at(qs, w, integral, bound)
     parts = split_components(qs, w, 0.0 if integral else 1e-9 * max(1.0, float(w.sum())))
     upper, exact, methods, hard = parts.total, True, [], []
+    # a threshold for the component when it is the only one (the rest is fixed weight)
+    alone = decide_at - parts.total if decide_at is not None and len(parts.components) == 1 else None
     for comp in parts.components:
         deadlines.check()
-        got = _decide(comp, deadline, time_limit)
+        got = _decide(comp, deadline, time_limit, alone)
         if isinstance(got, Core):  # what no cheap strategy decided: the 0/1 program
             hard.append((comp, got))
             continue
@@ -128,6 +137,18 @@ def max_overlap(
     colouring = _COLOURING_MAX if time_limit is None else _COLOURING_TIMED
     method = "bound" if not exact else hardest(methods)
     return _result(qs, w, integral, parts, upper, method, colouring)
+
+
+def _settled_at(qs: list[Query], w: np.ndarray, integral: bool, bound: float) -> OverlapResult:
+    """An inexact result with the upper bound ``bound`` and, as its witness, a point of
+    the heaviest query (its covering weight is the lower bound)."""
+    top = qs[int(np.argmax(w))]
+    at = {p.attribute.name: p.coverage[0][0] for p in top.predicates if p.coverage}
+    witness = {a.name: a.value(at.get(a.name, 0)) for a in top.schema.attributes}
+    covering = tuple(i for i, q in enumerate(qs) if not q.is_empty and q.covers(witness))
+    lower = float(w[list(covering)].sum()) if covering else 0.0
+    v = as_number(bound, integral)
+    return OverlapResult(v, False, v, as_number(lower, integral), witness, covering, "bound")
 
 
 def _check_number(name: str, x: object, minimum: float = -math.inf, infinite: bool = False) -> None:
@@ -148,7 +169,7 @@ def _check_number(name: str, x: object, minimum: float = -math.inf, infinite: bo
 
 
 def _decide(
-    comp: Component, deadline: float, time_limit: float | None
+    comp: Component, deadline: float, time_limit: float | None, target: float | None = None
 ) -> tuple[str, Solution] | Core:
     """(strategy, solution) from the cheap strategies, or the core left for the 0/1 program."""
     everything = list(range(len(comp.attr_ids)))
@@ -161,7 +182,7 @@ def _decide(
     sol = solve_eliminated(comp, core)
     if sol is not None:  # a forest (elimination is exact), or a small core
         return "eliminate", sol
-    sol = solve_lagrangian(comp, core, deadline)  # None where the families bound better
+    sol = solve_lagrangian(comp, core, deadline, target)  # None where families bound better
     if sol is not None:
         return "lagrangian", sol
     if len(core.attrs) < len(everything):  # elimination folded a part: the 0/1 program
