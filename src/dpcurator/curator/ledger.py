@@ -959,9 +959,16 @@ class Ledger:
             _remove_sidecars(tmp)
 
     def close(self) -> None:
+        """Close the file. A TRUNCATE journal stays behind, empty, after every commit; on
+        the way out the connection switches to DELETE mode, which removes it once SQLite
+        holds the write lock (never while another connection writes through it), so no
+        empty ``-journal`` file is left beside the ledger."""
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self.durable:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("PRAGMA journal_mode=DELETE")
                 self._db.close()
 
 
