@@ -152,7 +152,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+#: How each objective's measure is named and shown (its squared error -> text).
+_MEASURES = {
+    "per-table": ("table average", "the root of the mean over workload lines of a line's mean squared error"),
+    "total": ("total squared", "the total squared error over all answers"),
+    "max": ("worst answer", "the largest error of any answer, as a standard deviation"),
+}
+
+
+def _measure_text(objective: str, squared: float) -> str:
+    if objective == "total":
+        return output.error_figure(squared)
+    return "±" + output.error_figure(math.sqrt(squared))
+
+
 def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, Any]:
+    from dpcurator.planner import allocation_errors
+
     d: dict[str, Any] = {
         "queries": len(plan.queries),
         "gamma": plan.gamma,
@@ -167,6 +183,9 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
     }
     if plan.allocation.name == "optimal":
         d["objective"] = plan.objective
+        d["objective_error"] = {
+            name: e.measure(plan.objective) for name, e in allocation_errors(plan).items()
+        }
     if plan.allocation.name == "optimal" and plan.allocation.lower_bound is not None:
         gap = plan.allocation.objective / plan.allocation.lower_bound - 1
         d["optimality_gap"] = max(0.0, gap)
@@ -177,6 +196,29 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
     if seconds is not None:
         d["seconds"] = round(seconds, 3)
     return d
+
+
+def guarantee_text(g: dict[str, Any]) -> str:
+    """The guarantee as people read it, from the worst point's exact total (rounded up,
+    as the ledger's "spent" is: one figure, shown the same way everywhere)."""
+    from fractions import Fraction
+
+    up = output.up  # a privacy loss is never shown smaller than it is
+    kind = g["kind"]
+    total = Fraction(g["total_exact"]) if g.get("total_exact") else None
+
+    def additive(key: str, currency: str = "") -> str:
+        if total is None:
+            return up(g[key])
+        return output.amount(total, currency, up=True)
+
+    if kind == "pure":
+        return f"{additive('epsilon')}-DP"
+    if kind == "approx":
+        return f"({up(g['epsilon'])}, {g['delta']:g})-DP (planned as rho = {additive('rho')} zCDP)"
+    if kind == "zcdp":
+        return f"{additive('rho')}-zCDP"
+    return f"{additive('mu', 'mu')}-GDP"
 
 
 def print_summary(d: dict[str, Any], stream) -> None:
@@ -190,24 +232,32 @@ def print_summary(d: dict[str, Any], stream) -> None:
     p(f"budget:       {d['budget']}")
     obj = f" (objective: {d['objective']})" if d.get("objective") else ""
     p(f"allocation:   {d['allocation']}{obj}")
-    kind = g["kind"]
-    up = output.up  # a privacy loss is never shown smaller than it is
-    if kind == "pure":
-        what = f"{up(g['epsilon'])}-DP"
-    elif kind == "approx":
-        what = f"({up(g['epsilon'])}, {g['delta']:g})-DP (planned as rho = {up(g['rho'])} zCDP)"
-    elif kind == "zcdp":
-        what = f"{up(g['rho'])}-zCDP"
-    else:
-        what = f"{up(g['mu'])}-GDP"
-    p(f"guarantee:    {what}  [{g['worst_point_queries']} queries at the worst point]")
+    p(
+        f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst "
+        "point]"
+    )
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
-    p("expected total |noise|:")
-    for k in ("sequential", "uniform", "optimal"):
-        if k in e:
-            mark = "*" if k == d["allocation"] else " "
-            p(f"  {mark} {k:<11} {e[k]:14,.1f}")
+    by = d.get("objective_error")
+    objective = d.get("objective")
+    if by and objective:
+        name, meaning = _MEASURES[objective]
+        p("expected error of the noisy answers, by allocation (* released):")
+        p(f"    {'':<11} {'total |noise|':>14}  {name + ' (' + objective + ')':>28}")
+        for k in ("sequential", "uniform", "optimal"):
+            if k in e:
+                mark = "*" if k == d["allocation"] else " "
+                p(f"  {mark} {k:<11} {e[k]:14,.1f}  {_measure_text(objective, by[k]):>28}")
+        p(
+            f"    optimal minimises the {objective} objective, {meaning}; total |noise| "
+            "is another measure"
+        )
+    else:
+        p("expected total |noise| (* released):")
+        for k in ("sequential", "uniform", "optimal"):
+            if k in e:
+                mark = "*" if k == d["allocation"] else " "
+                p(f"  {mark} {k:<11} {e[k]:14,.1f}")
     if "laplace_alternative" in d:
         a = d["laplace_alternative"]
         p(

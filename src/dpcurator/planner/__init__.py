@@ -15,13 +15,12 @@ from dpcurator.planner.allocation import (
     uniform,
 )
 from dpcurator.planner.budget import PlanBudget, round_down
+from dpcurator.planner.comparison import Errors, allocation_errors, compare_objectives
 from dpcurator.planner.consistency import consistent
 from dpcurator.planner.plan import (
     OBJECTIVES,
-    Errors,
     FinalGuarantee,
     Plan,
-    compare_objectives,
     laplace_alternative,
     make_plan,
     objective_weights,
@@ -36,6 +35,7 @@ __all__ = [
     "Plan",
     "PlanBudget",
     "allocate",
+    "allocation_errors",
     "compare_objectives",
     "consistent",
     "groups_of",
