@@ -88,6 +88,18 @@ def test_demo_readable(capsys, tmp_path) -> None:
     assert set(rows) == set(SPLITS)
     assert [rows[n][0] for n in SPLITS] == [" ", " ", " ", "*", " "]
     assert "Released (*): per-table, the default" in text
+    # one figure, one form: the guarantee is the worst point's exact total, rounded up
+    # as the ledger's "spent" would be; each ± says what it is
+    from fractions import Fraction
+
+    from dpcurator.cli.output import amount
+
+    d_plan_total = None
+    for ln in text.splitlines():
+        if ln.startswith("Guarantee: "):
+            d_plan_total = ln.split()[1]
+    assert "± is a standard deviation" in text
+    assert "its 95% half-width" in text and "alone have ±" not in text
     # the figures are the planner's, each rounded up (never shown smaller than it is)
     from dpcurator.planner import compare_objectives, make_plan
     from dpcurator.privacy import PureDP
@@ -98,6 +110,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
         Schema.load(ROOT / "examples" / "adult" / "schema.json"),
     )
     plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    assert d_plan_total == f"{amount(Fraction(plan.guarantee.to_dict()['total_exact']), up=True)}-DP"
     line = next(q.line for q in plan.queries if q.text.startswith("sex = 'Female' AND income"))
     for name, e in zip(SPLITS, compare_objectives(plan), strict=True):
         shown = [_number(x) for x in rows[name][1]]
@@ -111,7 +124,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
 
 
 def test_up_rounds_up() -> None:
-    from dpcurator.cli.demo import up
+    from dpcurator.cli.output import error_figure as up
 
     rng = np.random.default_rng(4)
     for x in np.exp(rng.uniform(-8, 28, 500)):
