@@ -261,7 +261,7 @@ def test_large_attributes_are_binned_and_bins_are_bounded(served) -> None:
         ("rows=sex&cols=age&row_bins=0,1", 400, "invalid_query"),
         ("rows=age&cols=sex&row_bins=0,x", 400, "invalid_parameter"),
         ("rows=age&cols=sex&row_bins=10,5", 400, "invalid_query"),
-        ("rows=age&cols=sex&row_bins=0,500", 400, "invalid_query"),
+        ("rows=age&cols=sex&row_bins=30,60", 400, "invalid_query"),
         ("rows=age&cols=sex&row_bins=5", 400, "invalid_query"),
         ("rows=age&cols=sex&table=other", 400, "invalid_parameter"),
         ("rows=" + "a" * 300, 422, "invalid_request"),

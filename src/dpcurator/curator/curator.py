@@ -497,24 +497,18 @@ class Curator:
         attr = schema.attribute(requests.attribute_name(attribute, schema))
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
-        if bins is None:
-            if attr.size > self.limits.max_cells:
-                raise TooLarge(
-                    f"a histogram of {attr.size} cells exceeds {self.limits.max_cells}: give bins="
-                )
-            spans = [(i, i + 1) for i in range(attr.size)]
-            covered = base
-            request = f"histogram({attr.name})"
-        else:
-            spans, _ = requests.histogram_bins(attr, bins, self.limits.max_cells)
-            covered = _and(base, {attr.name: tuple(spans)})
-            edges = [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
+        # the cells cover the whole domain (queries.histogram): the request covers `base`
+        covs = requests.histogram_bins(attr, bins, self.limits.max_cells)
+        request = f"histogram({attr.name})"
+        if bins is not None:  # the edges as charged: clamped to the domain
+            ends = [c[0] for c in covs if c[0][0] < attr.value_count]
+            edges = [attr.min + s for s, _ in ends] + [attr.min + ends[-1][1]]
             request = f"histogram({attr.name}, bins={edges})"
         if where is not None:
             request += f" where {base.text}"
-        cells = tuple(_and(base, {attr.name: (s,)}) for s in spans)
-        labels = tuple(Query.from_coverages(schema, {attr.name: (s,)}).to_text() for s in spans)
-        return Prepared(t, covered, cells, labels, "histogram", request, cost, 1)
+        cells = tuple(_and(base, {attr.name: c}) for c in covs)
+        labels = tuple(Query.from_coverages(schema, {attr.name: c}).to_text() for c in covs)
+        return Prepared(t, base, cells, labels, "histogram", request, cost, 1)
 
     def _prepare_marginal(
         self,
