@@ -502,10 +502,10 @@ def _expand(
                 edges = [int(x) for x in bins_text.split(",") if x.strip()]
             except ValueError:
                 raise QueryError(f"bins must be integers: [{bins_text}]") from None
-        n = cell_count(attr, edges)
-        if n > room:
+        bins = cell_count(attr, edges)
+        if bins > room:
             raise TooLarge(
-                f"histogram({name}) would have {n} bins; the workload may hold {room} more "
+                f"histogram({name}) would have {bins} bins; the workload may hold {room} more "
                 "queries"
             )
         out = []
