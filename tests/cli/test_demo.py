@@ -99,6 +99,13 @@ def test_demo_readable(capsys, tmp_path) -> None:
         if ln.startswith("Guarantee: "):
             d_plan_total = ln.split()[1]
     assert "± is a standard deviation" in text
+    # what the README says the demo releases
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    import re
+
+    tables, cells = re.search(r"a workload of (\d+) marginal tables \(([\d,]+) cells\)", readme).groups()
+    assert f"{tables} marginal tables, {cells} cells" in text
+    assert "made consistent with the other" in text and "with 95% intervals" in text
     assert "its 95% half-width" in text and "alone have ±" not in text
     # the figures are the planner's, each rounded up (never shown smaller than it is)
     from dpcurator.planner import compare_objectives, make_plan
