@@ -382,3 +382,19 @@ def test_marketing_workload_says_its_gamma_and_size(capsys) -> None:
                  str(folder / "workload.txt"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["gamma"], d["queries"]) == (int(claim.group(1)), int(claim.group(2)))
+
+
+def test_the_shipped_data_and_workloads_are_as_described(capsys) -> None:
+    data = ROOT / "examples" / "data"
+    rows = re.search(r"`adult-sample\.csv`: ([\d,]+) rows", (data / "README.md").read_text())
+    assert rows is not None
+    n = len((data / "adult-sample.csv").read_text().splitlines()) - 1  # less the header
+    assert n == int(rows.group(1).replace(",", ""))
+    demo = (ROOT / "src" / "dpcurator" / "cli" / "demo.py").read_text()
+    assert f"({rows.group(1)} rows;" in demo  # what the demo prints about its data
+    marginals = ROOT / "examples" / "adult" / "marginals.txt"
+    claim = re.search(r"gamma = (\d+) whatever", marginals.read_text())
+    assert claim is not None
+    assert main(["overlap", "--schema", str(ROOT / "examples" / "adult" / "schema.json"),
+                 "--workload", str(marginals), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gamma"] == int(claim.group(1))
