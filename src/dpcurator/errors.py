@@ -74,6 +74,14 @@ class BudgetExceeded(DpCuratorError):
     reason = "budget_exceeded"
 
 
+class Undecided(DpCuratorError):
+    """A request could not be decided within its time limit (or its turn at the exact
+    solver did not come in time), so nothing was charged and nothing released. Depends
+    on the public requests and the server's load, never on the data."""
+
+    reason = "undecided"
+
+
 class AuthenticationError(DpCuratorError):
     """The HTTP service did not accept the credentials (missing, unknown or revoked
     token), or the caller is not allowed this route."""

@@ -103,6 +103,7 @@ def test_dense_and_fallback_paths_are_both_used(loaded):
     qs = [parse_query(t, SCHEMA) for t in texts]
     want = [brute(frame, q) for q in qs]
     with (
+        mock.patch.object(duckdb_backend, "FEW_QUERIES", 0),
         mock.patch.object(
             DuckDBBackend, "_dense_arrays", autospec=True, side_effect=DuckDBBackend._dense_arrays
         ) as dense,
@@ -117,6 +118,20 @@ def test_dense_and_fallback_paths_are_both_used(loaded):
     assert dense.call_count == 1  # every dense attribute set from one statement
     assert fallback.call_count == 2
     assert want[4] == len(frame) and want[5] == 0
+
+
+def test_few_queries_of_an_attribute_set_skip_the_dense_scan(loaded):
+    """A lone count is one filtered scan, not a GROUP BY of its attributes' grid; a set
+    asked by many queries is still counted densely. Same numbers either way."""
+    backend, frame = loaded
+    few = [parse_query("a BETWEEN 0 AND 3 AND b IN ('x', 'w')", SCHEMA)]
+    many = [parse_query(f"c >= 'mid' AND a = {i}", SCHEMA) for i in range(-3, 7)]
+    for qs, dense_calls in ((few, 0), (many, 1), (few + many, 1)):
+        with mock.patch.object(
+            DuckDBBackend, "_dense_arrays", autospec=True, side_effect=DuckDBBackend._dense_arrays
+        ) as dense:
+            assert backend.counts(qs).tolist() == [brute(frame, q) for q in qs]
+        assert dense.call_count == dense_calls
 
 
 def test_fallback_chunks(loaded):

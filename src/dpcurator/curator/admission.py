@@ -2,20 +2,28 @@
 
 The check must see every charge already committed, by every thread and process, and
 the charge must be on disk before any answer exists (Dwork & Roth 2014, Lemma 2.6: the
-curator refuses once the total would pass the budget). Both happen in one ``BEGIN
-IMMEDIATE`` transaction of the ledger, which is SQLite's write lock, so that lock is held
-only for decisions that take microseconds:
+curator refuses once the total would pass the budget). The charge happens in one
+``BEGIN IMMEDIATE`` transaction of the ledger, which is SQLite's write lock; nothing
+slow runs under it:
 
-1. Under the lock, the cheap level bounds decide (the common case): admit and charge.
-2. When they cannot admit, the lock is released; the filter is *forked* and the exact
-   maximum-overlap computation runs on the fork without any lock, within the request's
-   time limit. An exact refusal there is final: losses only grow.
-3. Back under the lock, the fork's decision is *re-validated*: charges committed in the
-   meantime can add at most their costs to the points they cover, so the fork's figure
-   plus those costs bounds the present loss. If it still fits, charge; otherwise go
-   back to step 2 (a few times, then decide under the lock).
+1. Under the lock, the filter is brought up to date with the ledger and *forked*
+   (O(tables): a fork shares the filter's storage).
+2. Without any lock, the request (or the whole batch, each admitted request added
+   provisionally so that the next ones see it) is decided on the fork: by the levels'
+   bounds in microseconds, or, when they do not admit it, by the exact maximum-overlap
+   computation in the :class:`~dpcurator.curator.solver_pool.SolverPool` (bounded
+   concurrency, under the request's deadline). An exact refusal is final: losses only
+   grow.
+3. Under the lock again, in the transaction, the decisions are *re-validated*: charges
+   committed since the fork can add at most their costs to the points they cover, so the
+   fork's figure plus those costs bounds the present loss. First with every new charge's
+   cost added everywhere (O(new charges)); where that does not fit, per request with the
+   new charges that meet it, when that is a bounded amount of work. If it still fits,
+   the charges are written and committed; otherwise back to step 1, a few times within
+   the deadline, then the request is ``Undecided`` (nothing charged).
 
-A batch goes through the same steps as one unit, all or nothing.
+So the lock is held for O(new charges + batch) work plus the commit, whatever the
+history. A batch goes through the same steps as one unit, all or nothing.
 """
 
 from __future__ import annotations
@@ -26,14 +34,20 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from dpcurator import deadlines
 from dpcurator.curator.ledger import Ledger
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
+from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.deadlines import Deadline
+from dpcurator.errors import Undecided
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery
 
 #: How often a fork's decision may be overtaken by other charges before the request is
-#: decided under the lock.
-FORK_ATTEMPTS = 3
+#: answered ``Undecided``.
+FORK_ATTEMPTS = 4
+#: The most (new charge, request) pairs re-validated one by one under the lock.
+REVALIDATE_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -56,27 +70,32 @@ class Refused(Exception):
         self.decision = decision
 
 
-def _decide_all(
+def _decide_from(
     filt: OverlapFilter,
     table: str,
     batch: Sequence[Request],
+    done: list[Decision],
     analyst: str | None,
     quota: Fraction | None,
     deadline: float | None,
-) -> list[Decision] | None:
-    """Decide every request of the batch in order on ``filt``, adding each admitted one
-    (with a provisional negative id) so that the next ones see it. Returns None when
+) -> bool:
+    """Decide the requests of the batch after the ``len(done)`` already decided, in
+    order, on the fork ``filt``, appending to ``done`` and adding each admitted one
+    (with a provisional negative id) when a later one must see it. Returns False when
     ``deadline`` is None and the bounds do not suffice; raises :class:`Refused`."""
-    out: list[Decision] = []
-    for i, r in enumerate(batch):
+    for i in range(len(done), len(batch)):
+        if i % 64 == 0:
+            deadlines.check()
+        r = batch[i]
         d = filt.decide(table, r.query, r.cost, analyst=analyst, quota=quota, deadline=deadline)
         if d is None:
-            return None
+            return False
         if not d.admitted:
             raise Refused(i, d)
-        filt.add(Charge(-1 - i, table, analyst, r.query, r.cost, d.level))
-        out.append(d)
-    return out
+        if i + 1 < len(batch):
+            filt.add(Charge(-1 - i, table, analyst, r.query, r.cost, d.level))
+        done.append(d)
+    return True
 
 
 def _revalidate(
@@ -89,7 +108,19 @@ def _revalidate(
     quota: Fraction | None,
 ) -> list[Decision] | None:
     """The fork's decisions, raised by what was charged since ``version``; None if one
-    of them no longer fits (decide again on a new fork)."""
+    of them may no longer fit (decide again on a new fork)."""
+    every, mine = filt.added_since(version, analyst)
+    if all(
+        d.spent + every + r.cost <= filt.budget
+        and (quota is None or d.mine + mine + r.cost <= quota)
+        for r, d in zip(batch, decisions, strict=True)
+    ):
+        return [
+            replace(d, spent=d.spent + every, level=d.level + every, mine=d.mine + mine)
+            for d in decisions
+        ]
+    if (filt.version - version) * len(batch) > REVALIDATE_PAIRS:
+        return None
     out = []
     for r, d in zip(batch, decisions, strict=True):
         every, mine = filt.increments_since(version, table, r.query, analyst)
@@ -109,35 +140,52 @@ def check_and_charge(
     table: str,
     batch: Sequence[Request],
     analyst: str | None,
-    time_limit: float,
+    *,
+    solver_time_limit: float,
+    pool: SolverPool,
+    deadline: Deadline,
+    answers: Callable[[], Sequence[object]] | None = None,
 ) -> list[tuple[int, Decision]]:
-    """Charge every request of ``batch`` durably, or none (raises :class:`Refused`).
+    """Charge every request of ``batch`` durably, or none (raises :class:`Refused`, or
+    :class:`~dpcurator.errors.Undecided` past ``deadline``).
 
     ``sync`` brings ``filt`` up to date with the ledger (called under the lock);
-    ``quota_of`` reads an analyst's quota from the ledger. Returns the charge ids and
-    decisions; the charges are in ``filt`` when this returns.
+    ``quota_of`` reads an analyst's quota. The exact computations of one decision share
+    ``solver_time_limit`` seconds (within the deadline). ``answers()``, called once the
+    batch is admitted and before the transaction, gives each request's answer, recorded
+    with its charge in that one transaction: the answer exists before the charge is
+    committed but leaves the curator only after, so a crash in between releases nothing,
+    and an answer costs one durable commit. Returns the charge ids and decisions; the
+    charges are in ``filt`` when this returns.
     """
-    deadline = time.monotonic() + time_limit
-    plan: tuple[int, list[Decision], OverlapFilter] | None = None
-    for attempt in range(FORK_ATTEMPTS + 1):
-        last = attempt == FORK_ATTEMPTS
+    made: Sequence[object] | None = None
+    for _ in range(FORK_ATTEMPTS):
+        deadlines.check()
+        with ledger.lock:
+            sync()
+            quota = quota_of(analyst)
+            fork = filt.fork()
+        version = fork.version
+        done: list[Decision] = []
+        if not _decide_from(fork, table, batch, done, analyst, quota, None):
+
+            def exact(
+                fork: OverlapFilter = fork,
+                done: list[Decision] = done,
+                quota: Fraction | None = quota,
+            ) -> None:
+                until = min(time.monotonic() + solver_time_limit, deadline.at)
+                _decide_from(fork, table, batch, done, analyst, quota, until)
+
+            pool.run(exact, analyst, deadline)
+        if answers is not None and made is None:
+            made = answers()
+        got = None
         with ledger.lock:
             with ledger.transaction():
                 sync()
                 quota = quota_of(analyst)
-                version = filt.version
-                try:
-                    if plan is not None:
-                        filt.adopt(plan[2], plan[0])
-                        got = _revalidate(filt, plan[0], table, batch, plan[1], analyst, quota)
-                    else:
-                        got = None
-                    if got is None:
-                        got = _decide_all(
-                            filt, table, batch, analyst, quota, deadline if last else None
-                        )
-                finally:
-                    filt.rollback(version)  # provisional charges out; real ones below
+                got = _revalidate(filt, version, table, batch, done, analyst, quota)
                 if got is not None:
                     ids = [
                         ledger.insert_charge(
@@ -149,21 +197,20 @@ def check_and_charge(
                             cost=r.cost,
                             level=d.level,
                             noise=r.noise,
+                            answer=None if made is None else made[i],
                         )
-                        for r, d in zip(batch, got, strict=True)
+                        for i, (r, d) in enumerate(zip(batch, got, strict=True))
                     ]
             if got is not None:
                 # Committed: only now does the filter (and then the answer) see them.
                 for cid, r, d in zip(ids, batch, got, strict=True):
                     filt.add(Charge(cid, table, analyst, r.query, r.cost, d.level))
+                filt.learn(fork)
                 return list(zip(ids, got, strict=True))
-            fork, version = filt.fork(), filt.version
-        # No lock held: the exact computation may take up to the time limit.
-        decisions = _decide_all(fork, table, batch, analyst, quota, deadline)
-        assert decisions is not None
-        fork.rollback(version)
-        plan = (version, decisions, fork)
-    raise AssertionError("unreachable")  # pragma: no cover
+    raise Undecided(
+        "the request could not be decided: other requests' charges overtook its check "
+        f"{FORK_ATTEMPTS} times; nothing was charged, try again"
+    )
 
 
 def coverage_json(q: Query | BooleanQuery) -> dict[str, Any]:

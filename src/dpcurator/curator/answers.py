@@ -11,9 +11,11 @@ class Answer:
 
     ``value`` is the true statistic plus exact integer noise; ``interval`` is the 95%
     interval ``value ± half_width`` computed from the exact noise distribution;
-    ``remaining`` is what :meth:`Curator.remaining` reports on the points the request
-    covered right after it (for an analyst, the smaller of her quota left and the
-    budget left there).
+    ``remaining`` is what is left on the points the request covered right after it (for
+    an analyst, the smaller of her quota left and the budget left there): what
+    :meth:`Curator.remaining` reports when ``remaining_exact``, else a lower bound that
+    a few milliseconds settle (never more than truly remains; ask
+    :meth:`Curator.remaining` for the exact figure).
     """
 
     query: str
@@ -25,6 +27,7 @@ class Answer:
     half_width: int
     remaining: float
     charge_id: int
+    remaining_exact: bool = True
 
     @property
     def interval(self) -> tuple[int, int]:
@@ -41,6 +44,7 @@ class TableAnswer:
     currency: str
     remaining: float
     charge_id: int
+    remaining_exact: bool = True
 
     def __len__(self) -> int:
         return len(self.cells)

@@ -12,18 +12,20 @@ costs (Dwork & Roth 2014, Lemma 2.6).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.curator import requests
 from dpcurator.curator.admission import (
     Refused,
@@ -38,9 +40,12 @@ from dpcurator.curator.overlap_filter import (
     SOLVER_TIME_LIMIT,
     Charge,
     Decision,
+    Loss,
     OverlapFilter,
     coverage_key,
 )
+from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.deadlines import Deadline
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
@@ -67,19 +72,14 @@ def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | Boo
     return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
 
 
-#: Seconds a batch's answers may spend computing their exact remaining budgets (past
-#: it, the rest report the levels' lower bound).
-BATCH_REMAINING_LIMIT = 1.0
-
-
 @dataclass(frozen=True)
 class Remaining:
     """What is left, in the budget's unit: on the points of a query (or on the worst
     point), for everyone and, for an analyst with a quota, of her quota.
 
-    ``value`` is the smaller of the two. ``exact`` is False when a maximum-overlap
-    computation ran out of its time limit: the figures are then lower bounds (never
-    more than truly remains).
+    ``value`` is the smaller of the two. ``exact`` is False when the figures are lower
+    bounds (never more than truly remains): a maximum-overlap computation ran out of its
+    time limit, or, for the figure an answer carries, the quick bound did not settle it.
     """
 
     value: float
@@ -128,6 +128,22 @@ class Estimate:
     exact: bool
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _timed(method: Callable[Concatenate[Curator, P], R]) -> Callable[Concatenate[Curator, P], R]:
+    """Run a request under the curator's request deadline (``request_time_limit``): its
+    parsing, bounds, turn at the solver and exact checks, up to its charge."""
+
+    @functools.wraps(method)
+    def run(self: Curator, *args: P.args, **kw: P.kwargs) -> R:
+        with deadlines.within(self._deadline()):
+            return method(self, *args, **kw)
+
+    return run
+
+
 class Curator:
     """Answers counts, histograms, marginals and sums under one overlap-aware budget."""
 
@@ -141,6 +157,8 @@ class Curator:
         group_size: int = 1,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         limits: requests.RequestLimits | None = None,
+        request_time_limit: float | None = None,
+        solver_threads: int = 2,
     ) -> None:
         self._backends = dict(backends)
         self.limits = limits or requests.RequestLimits()
@@ -149,6 +167,8 @@ class Curator:
         self._rng = rng
         self._k = group_size
         self._time_limit = solver_time_limit
+        self._request_limit = request_time_limit
+        self._pool = SolverPool(solver_threads)
         self._filter = OverlapFilter(budget.amount, budget.currency)
         with ledger.lock:
             self._sync()
@@ -168,6 +188,8 @@ class Curator:
         rng: RandomSource | None = None,
         allow_insecure: bool = False,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
+        request_time_limit: float | None = None,
+        solver_threads: int = 2,
         limits: requests.RequestLimits | None = None,
         backend: str = "duckdb",
         spark: object = None,
@@ -182,6 +204,11 @@ class Curator:
         for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger=None`` keeps the ledger in
         memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
         one request may take before safe bounds are used (refusals then conservative).
+        ``request_time_limit``: seconds the whole decision of one request may take
+        (parsing, bounds, waiting for the solver, the exact checks); past it the request
+        raises :class:`~dpcurator.errors.Undecided` and nothing is charged (None: no
+        limit but the solver's). ``solver_threads``: how many exact checks run at once
+        (each analyst's one at a time).
         ``backend="spark"`` counts on Spark (the ``spark`` extra): ``spark`` is a
         SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """
@@ -209,6 +236,21 @@ class Curator:
             raise InvalidParameter(
                 f"solver_time_limit must be a number of seconds in [0, 3600], got {solver_time_limit!r}"
             )
+        if request_time_limit is not None and (
+            isinstance(request_time_limit, bool)
+            or not isinstance(request_time_limit, int | float)
+            or not 0 < request_time_limit <= 3600
+        ):
+            raise InvalidParameter(
+                "request_time_limit must be None or a number of seconds in (0, 3600], "
+                f"got {request_time_limit!r}"
+            )
+        if (
+            isinstance(solver_threads, bool)
+            or not isinstance(solver_threads, int)
+            or not 1 <= solver_threads <= 64
+        ):
+            raise InvalidParameter(f"solver_threads must be an integer in [1, 64], got {solver_threads!r}")
         k = 1
         if privacy_unit is not None:
             if (
@@ -266,12 +308,19 @@ class Curator:
             group_size=k,
             solver_time_limit=solver_time_limit,
             limits=limits,
+            request_time_limit=request_time_limit,
+            solver_threads=solver_threads,
         )
 
     def close(self) -> None:
+        self._pool.close()
         for be in self._backends.values():
             be.close()
         self._ledger.close()
+
+    def _deadline(self) -> Deadline:
+        """The deadline of a request starting now (see ``request_time_limit``)."""
+        return Deadline.after(self._request_limit)
 
     def __enter__(self) -> Curator:
         return self
@@ -367,11 +416,16 @@ class Curator:
     # --- check, charge, count, noise ----------------------------------------------------
 
     def _charge(
-        self, table: str, batch: Sequence[Request], analyst: str | None
+        self,
+        table: str,
+        batch: Sequence[Request],
+        analyst: str | None,
+        answers: Callable[[], Sequence[object]] | None = None,
     ) -> list[tuple[int, Decision]]:
         """Check and charge every request of ``batch`` in one committed transaction, or
         none; a refusal raises :class:`BudgetExceeded`, which reads only the public
-        queries and costs."""
+        queries and costs. ``answers()`` (see :func:`check_and_charge`) makes the
+        answers recorded with the charges, once the batch is admitted."""
         try:
             return check_and_charge(
                 self._ledger,
@@ -381,7 +435,10 @@ class Curator:
                 table,
                 batch,
                 analyst,
-                self._time_limit,
+                solver_time_limit=self._time_limit,
+                pool=self._pool,
+                deadline=deadlines.current(),
+                answers=answers,
             )
         except Refused as no:
             raise self._refusal(batch, no, analyst) from None
@@ -413,37 +470,46 @@ class Curator:
         """Charge one prepared request, then count, add noise and record the answer."""
         self._quota(analyst)  # an unknown analyst is an error before anything else
         noise, half = self._noise(p.cost, p.sensitivity * self._k)  # every limit first
+        noisy: list[int] = []
+
+        def answer() -> list[object]:
+            # counted and noised once admitted; released only once the charge is committed
+            be = self._backends[p.table]
+            if p.kind == "sum":
+                truth = [int(be.clipped_sum(p.attribute, p.lower, p.upper, p.covered))]
+            else:
+                truth = [int(v) for v in be.counts(list(p.cells))]
+            drawn = np.atleast_1d(noise.sample(size=len(p.cells), rng=self._rng))
+            noisy.extend(t + int(z) for t, z in zip(truth, drawn, strict=True))
+            return [dict(zip(p.labels, noisy, strict=True))]
+
         ((charge_id, _),) = self._charge(
-            p.table, [Request(p.covered, p.cost.amount, p.kind, p.request, str(noise))], analyst
+            p.table,
+            [Request(p.covered, p.cost.amount, p.kind, p.request, str(noise))],
+            analyst,
+            answer,
         )
-        be = self._backends[p.table]
-        if p.kind == "sum":
-            truth = [int(be.clipped_sum(p.attribute, p.lower, p.upper, p.covered))]
-        else:
-            truth = [int(v) for v in be.counts(list(p.cells))]
-        drawn = np.atleast_1d(noise.sample(size=len(p.cells), rng=self._rng))
-        noisy = [t + int(z) for t, z in zip(truth, drawn, strict=True)]
         name, param = _describe(noise)
-        self._ledger.record_answer(charge_id, dict(zip(p.labels, noisy, strict=True)))
-        remaining = self._remaining([p.covered], p.table, analyst)[0].value
+        left = self._quick_remaining([p.covered], p.table, analyst)[0]
         cost = self.budget.display(p.cost.amount)
         cur = self.budget.currency
         answers = [
-            Answer(label, v, name, param, cost, cur, half, remaining, charge_id)
+            Answer(label, v, name, param, cost, cur, half, left.value, charge_id, left.exact)
             for label, v in zip(p.labels, noisy, strict=True)
         ]
-        return charge_id, remaining, answers
+        return charge_id, left, answers
 
     def _table_answer(self, p: Prepared, analyst: str | None) -> TableAnswer:
         """Disjoint cells of one histogram or marginal: one charge on their union."""
-        charge_id, remaining, answers = self._release(p, analyst)
+        charge_id, left, answers = self._release(p, analyst)
         return TableAnswer(
             p.request,
             tuple(answers),
             self.budget.display(p.cost.amount),
             self.budget.currency,
-            remaining,
+            left.value,
             charge_id,
+            left.exact,
         )
 
     # --- requests, validated and priced (nothing charged) -------------------------------
@@ -574,6 +640,7 @@ class Curator:
 
     # --- the analyst's requests ---------------------------------------------------------
 
+    @_timed
     def count(
         self,
         query: str | Query | None = None,
@@ -588,6 +655,7 @@ class Curator:
         p = self._prepare_count(query, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return self._release(p, _analyst)[2][0]
 
+    @_timed
     def histogram(
         self,
         attribute: str,
@@ -610,6 +678,7 @@ class Curator:
         )
         return self._table_answer(p, _analyst)
 
+    @_timed
     def marginal(
         self,
         attributes: Sequence[str],
@@ -628,6 +697,7 @@ class Curator:
         )
         return self._table_answer(p, _analyst)
 
+    @_timed
     def sum(
         self,
         attribute: str,
@@ -652,6 +722,7 @@ class Curator:
         )
         return self._release(p, _analyst)[2][0]
 
+    @_timed
     def estimate(self, kind: str, _analyst: str | None = None, **args: Any) -> Estimate:
         """What a request would cost and how accurate it would be, and whether it would
         be admitted now; charges nothing and reads no data.
@@ -666,14 +737,17 @@ class Curator:
             self._sync()
             quota = self._quota(_analyst)
             fork = self._filter.fork()
-        d = fork.decide(
-            p.table,
-            p.covered,
-            p.cost.amount,
-            analyst=_analyst,
-            quota=quota,
-            deadline=time.monotonic() + self._time_limit,
-        )
+
+        def decide(deadline: float | None) -> Decision | None:
+            return fork.decide(
+                p.table, p.covered, p.cost.amount, analyst=_analyst, quota=quota, deadline=deadline
+            )
+
+        d = decide(None)  # the bounds, or else the exact check in the solver pool
+        if d is None:
+            d = self._pool.run(
+                lambda: decide(time.monotonic() + self._time_limit), _analyst, deadlines.current()
+            )
         assert d is not None
         name, param = _describe(noise)
         return Estimate(
@@ -690,6 +764,7 @@ class Curator:
             exact=d.exact,
         )
 
+    @_timed
     def release(
         self,
         queries: Sequence[str | Query],
@@ -725,25 +800,22 @@ class Curator:
             Request(q, c.amount, kind, q.text or "total", str(prepared[c.param][0]))
             for q, c in zip(qs, priced, strict=True)
         ]
-        charged = self._charge(t, batch, _analyst)
-        truth = [int(v) for v in self._backends[t].counts(qs)]
-        noisy = list(truth)
-        by_noise: dict[Fraction, list[int]] = {}
-        for i, c in enumerate(priced):
-            by_noise.setdefault(c.param, []).append(i)
-        for param, idx in by_noise.items():  # one vectorised draw per distinct noise
-            draws = np.atleast_1d(prepared[param][0].sample(size=len(idx), rng=self._rng))
-            for i, z in zip(idx, draws, strict=True):
-                noisy[i] += int(z)
-        self._ledger.record_answers(
-            [
-                (charge_id, {q.text or "total": noisy[i]})
-                for i, (q, (charge_id, _)) in enumerate(zip(qs, charged, strict=True))
-            ]
-        )
-        # After the whole batch; the exact figures of a large batch get a short time
-        # limit of their own, so that they do not double a workload release's time.
-        remaining = self._remaining(qs, t, _analyst, BATCH_REMAINING_LIMIT)
+        noisy: list[int] = []
+
+        def answers() -> list[object]:
+            # counted (one scan) and noised once admitted; released once committed
+            noisy.extend(int(v) for v in self._backends[t].counts(qs))
+            by_noise: dict[Fraction, list[int]] = {}
+            for i, c in enumerate(priced):
+                by_noise.setdefault(c.param, []).append(i)
+            for param, idx in by_noise.items():  # one vectorised draw per distinct noise
+                draws = np.atleast_1d(prepared[param][0].sample(size=len(idx), rng=self._rng))
+                for i, z in zip(idx, draws, strict=True):
+                    noisy[i] += int(z)
+            return [{q.text or "total": noisy[i]} for i, q in enumerate(qs)]
+
+        charged = self._charge(t, batch, _analyst, answers)
+        remaining = self._quick_remaining(qs, t, _analyst)
         answers = []
         for i, (q, c, (charge_id, _)) in enumerate(zip(qs, priced, charged, strict=True)):
             noise, half = prepared[c.param]
@@ -759,10 +831,12 @@ class Curator:
                     half,
                     remaining[i].value,
                     charge_id,
+                    remaining[i].exact,
                 )
             )
         return answers
 
+    @_timed
     def release_workload(
         self,
         workload: str | Workload,
@@ -842,6 +916,7 @@ class Curator:
 
     # --- budget and history ------------------------------------------------------------
 
+    @_timed
     def remaining_detail(
         self,
         query: str | Query | None = None,
@@ -860,61 +935,76 @@ class Curator:
         return self._remaining([requests.canonical_query(query, self._schema(t))], t, _analyst)[0]
 
     def _remaining(
-        self,
-        queries: Sequence[Query | None],
-        table: str | None,
-        analyst: str | None,
-        time_limit: float | None = None,
+        self, queries: Sequence[Query | None], table: str | None, analyst: str | None
     ) -> list[Remaining]:
         """:meth:`remaining_detail` of several queries of one table (None: the worst
-        point), computed on one fork of the filter within one time limit (the solver's
-        by default); a query whose turn comes after it gets the levels' bounds
-        (``exact`` False). Answers report these figures, so that an answer says what
-        :meth:`remaining` says right after it."""
+        point), exactly, on one fork of the filter: in the solver pool, the maximum-overlap
+        computations within the solver's time limit (past it, ``exact`` False)."""
         with self._ledger.lock:
             self._sync()
             quota = self._quota(analyst)
             fork = self._filter.fork()
-        limit = self._time_limit if time_limit is None else min(time_limit, self._time_limit)
-        deadline = time.monotonic() + limit
-        done: dict[tuple, Remaining] = {}
-        out: list[Remaining] = []
-        for q in queries:
-            key = () if q is None else coverage_key(q)
-            if key not in done:
-                done[key] = self._remaining_on(fork, q, table, quota, analyst, deadline)
-            out.append(done[key])
+
+        def work() -> list[Remaining]:
+            until = time.monotonic() + self._time_limit
+            done: dict[tuple, Remaining] = {}
+            out: list[Remaining] = []
+            for q in queries:
+                key = () if q is None else coverage_key(q)
+                if key not in done:
+
+                    def spent(who: str | None, q: Query | None = q) -> Loss:
+                        if q is None:
+                            return fork.spent_anywhere(who, deadline=until)
+                        assert table is not None
+                        return fork.spent_on(table, q, who, deadline=until)
+
+                    done[key] = self._left(spent, quota, analyst)
+                out.append(done[key])
+            return out
+
+        got = self._pool.run(work, analyst, deadlines.current())
         with self._ledger.lock:
-            self._filter.adopt(fork, fork.version)
+            self._filter.learn(fork)
+        return got
+
+    def _quick_remaining(
+        self, queries: Sequence[Query], table: str, analyst: str | None
+    ) -> list[Remaining]:
+        """What an answer reports as remaining on its points: the filter's quick bound
+        (:meth:`OverlapFilter.quick_spent_on`, a few milliseconds whatever the history),
+        exact where it settles, else a lower bound flagged ``exact`` False; never more
+        than :meth:`remaining_detail` would report right after."""
+        with self._ledger.lock:
+            quota = self._quota(analyst)
+            fork = self._filter.fork()
+        done: dict[tuple, Remaining] = {}
+        out = []
+        for q in queries:
+            key = coverage_key(q)
+            if key not in done:
+
+                def spent(who: str | None, q: Query = q) -> Loss:
+                    return fork.quick_spent_on(table, q, who)
+
+                done[key] = self._left(spent, quota, analyst)
+            out.append(done[key])
         return out
 
-    def _remaining_on(
+    def _left(
         self,
-        fork: OverlapFilter,
-        q: Query | None,
-        t: str | None,
+        spent: Callable[[str | None], Loss],
         quota: Fraction | None,
         analyst: str | None,
-        deadline: float,
     ) -> Remaining:
-        def spent(who: str | None) -> tuple[Fraction, bool]:
-            if q is None:
-                loss = fork.spent_anywhere(who, deadline=deadline)
-            elif time.monotonic() >= deadline:  # out of time: the levels' upper bound
-                assert t is not None
-                return fork.quick_local(t, q) + fork.quick_elsewhere(t), False
-            else:
-                assert t is not None
-                loss = fork.spent_on(t, q, who, deadline=deadline)
-            return loss.value, loss.exact
-
-        everyone, exact = spent(None)
-        left = self.budget.amount - everyone
+        """The budget and the quota left, from what everyone and the analyst spent."""
+        everyone = spent(None)
+        left, exact = self.budget.amount - everyone.value, everyone.exact
         quota_left = None
         if quota is not None:
-            mine, mine_exact = spent(analyst)
-            quota_left = quota - mine
-            exact = exact and mine_exact
+            mine = spent(analyst)
+            quota_left = quota - mine.value
+            exact = exact and mine.exact
         value = left if quota_left is None else min(left, quota_left)
         return Remaining(
             self.budget.display(value),

@@ -643,8 +643,10 @@ class Ledger:
         cost: Fraction,
         level: Fraction,
         noise: str,
+        answer: object = None,
     ) -> int:
-        """Append a charge to the chain (inside the caller's transaction, if any)."""
+        """Append a charge to the chain (inside the caller's transaction, if any), with
+        its answer (sealed, see the module docstring) when it is known already."""
         cost, level = Fraction(cost), Fraction(level)
         if cost <= 0 or level < cost:
             raise LedgerError(
@@ -675,10 +677,15 @@ class Ledger:
                 noise,
             )
             h = _charge_hash(self._head[1], fields)
+            text = seal = None
+            if answer is not None:
+                text = json.dumps(answer)
+                seal = _answer_seal(h, text)
             self._db.execute(
                 "INSERT INTO charges (id, created, analyst, table_name, kind, request, "
-                "coverage, cost, level, noise, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*fields, h.hex()),
+                "coverage, cost, level, noise, hash, answer, answer_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*fields, h.hex(), text, seal),
             )
             self._db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'charges_head'", (f"{cid} {h.hex()}",)

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from dpcurator import deadlines
 from dpcurator.errors import QueryError
 from dpcurator.queries import boxes as bx
 from dpcurator.queries.predicates import IntervalSet, Query, disjoint, intersect
@@ -94,7 +95,7 @@ class BooleanQuery:
     def attributes(self) -> tuple[str, ...]:
         """Names of the attributes some box constrains, in schema order."""
         names = {n for b in self.boxes for n in b.attributes}
-        return tuple(n for n in self.schema.names if n in names)
+        return tuple(sorted(names, key=self.schema.index))
 
     def covers(self, point: dict[str, int | str]) -> bool:
         return any(b.covers(point) for b in self.boxes)
@@ -145,6 +146,7 @@ def intersection(
     schema = q.schema
     parts = []
     for a in boxes_of(q):
+        deadlines.check()
         for b in boxes_of(other):
             m = bx.meet(_box(a), _box(b))
             if m is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from dpcurator import deadlines
 from dpcurator.errors import QueryError
 from dpcurator.queries.predicates import IntervalSet, complement, intersect, union
 from dpcurator.queries.schema import Schema
@@ -93,6 +94,7 @@ def disjoint_union(a: Sequence[Box], b: Sequence[Box], schema: Schema) -> list[B
     """a ∪ b as disjoint boxes (a's boxes kept, b's reduced by them)."""
     out = list(a)
     for piece in b:
+        deadlines.check()
         pieces = [piece]
         for held in a:
             pieces = [q for p in pieces for q in subtract(p, held, schema)]
@@ -105,8 +107,12 @@ def disjoint_union(a: Sequence[Box], b: Sequence[Box], schema: Schema) -> list[B
 
 def conjunction(a: Sequence[Box], b: Sequence[Box]) -> list[Box]:
     """a ∩ b: pairwise intersections (disjoint when a's and b's boxes are)."""
-    out = [m for x in a for y in b if (m := meet(x, y)) is not None]
-    return _check(out)
+    out: list[Box] = []
+    for x in a:
+        deadlines.check()
+        out.extend(m for y in b if (m := meet(x, y)) is not None)
+        _check(out)
+    return out
 
 
 def negation(a: Sequence[Box], schema: Schema) -> list[Box]:
@@ -117,6 +123,7 @@ def negation(a: Sequence[Box], schema: Schema) -> list[Box]:
         return [{name: rest}] if rest else []
     pieces: list[Box] = [{}]
     for held in a:
+        deadlines.check()
         pieces = _check([q for p in pieces for q in subtract(p, held, schema)])
         if not pieces:
             break
@@ -132,6 +139,7 @@ def merge(boxes: Iterable[Box], schema: Schema) -> list[Box]:
     """
     out: list[Box] = list(boxes)
     while len(out) > 1:
+        deadlines.check()
         seen: dict[tuple, int] = {}
         pair = None
         for i, b in enumerate(out):

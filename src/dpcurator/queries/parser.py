@@ -125,9 +125,6 @@ class _Parser:
         self.toks = _tokenize(text, offset)
         self.i = 0
         self.depth = 0
-        self._folded: dict[str, list[str]] = {}
-        for n in schema.names:
-            self._folded.setdefault(n.lower(), []).append(n)
 
     def peek(self, ahead: int = 0) -> _Tok:
         return self.toks[min(self.i + ahead, len(self.toks) - 1)]
@@ -229,7 +226,7 @@ class _Parser:
             )
         if name in self.schema:
             return self.schema.attribute(name)
-        folded = self._folded.get(name.lower(), [])
+        folded = self.schema.named_like(name)
         if len(folded) == 1:
             return self.schema.attribute(folded[0])
         if len(folded) > 1:

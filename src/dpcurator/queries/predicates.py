@@ -321,11 +321,11 @@ class Query:
             if name not in schema:
                 raise QueryError(f"unknown attribute {name!r}")
         preds = []
-        for attr in schema.attributes:
-            if attr.name in coverages:
-                cov = normalize(coverages[attr.name])
-                if cov != ((0, attr.size),):
-                    preds.append(Predicate(attr, cov))
+        for j in sorted(schema.index(name) for name in coverages):  # never the whole schema
+            attr = schema.attributes[j]
+            cov = normalize(coverages[attr.name])
+            if cov != ((0, attr.size),):
+                preds.append(Predicate(attr, cov))
         q = cls(schema, tuple(preds), text, line)
         if not text:
             object.__setattr__(q, "text", q.to_text())

@@ -175,6 +175,8 @@ class Schema:
 
     attributes: tuple[Attribute, ...]
     _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    _names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    _folded: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         attrs = tuple(self.attributes)
@@ -187,8 +189,15 @@ class Schema:
             if a.name in index:
                 raise SchemaError(f"duplicate attribute name {a.name!r}")
             index[a.name] = i
+        folded: dict[str, tuple[str, ...]] = {}
+        for a in attrs:
+            folded[a.name.lower()] = (*folded.get(a.name.lower(), ()), a.name)
+        # Built once: a query's parse then costs what its own text costs, whatever the
+        # schema's width (a 10,000-attribute schema is looked up, never scanned).
         object.__setattr__(self, "attributes", attrs)
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_names", tuple(a.name for a in attrs))
+        object.__setattr__(self, "_folded", folded)
 
     def __len__(self) -> int:
         return len(self.attributes)
@@ -206,7 +215,11 @@ class Schema:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.attributes)
+        return self._names
+
+    def named_like(self, name: str) -> tuple[str, ...]:
+        """The attributes whose names equal ``name`` up to case."""
+        return self._folded.get(name.lower(), ())
 
     def log10_size(self) -> float:
         """log10 of the number of points of the domain (it may not fit in a float)."""

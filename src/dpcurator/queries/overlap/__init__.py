@@ -43,6 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.queries.overlap import search
 from dpcurator.queries.overlap.atoms import best_atom
 from dpcurator.queries.overlap.boxes import solve_boxes
@@ -67,8 +68,11 @@ _BOX_MIN = 48
 #: Share of the time limit (and cap, in seconds) that branch and bound gets before
 #: a component falls back to the 0/1 program (the cap applies without a limit).
 _SEARCH_SHARE, _SEARCH_CAP = 0.05, 3.0
-#: Above this many queries the colouring bound (O(t^2)) is not tried on a time-out.
+#: Above this many queries the colouring bound (O(t^2)) is not tried on a time-out; under
+#: a time limit the bound is tried only up to the smaller number (milliseconds, where
+#: 20,000 queries take seconds past the limit).
 _COLOURING_MAX = 20_000
+_COLOURING_TIMED = 2_000
 
 
 def max_overlap(
@@ -105,6 +109,7 @@ def max_overlap(
     parts = split_components(qs, w, 0.0 if integral else 1e-9 * max(1.0, float(w.sum())))
     upper, exact, methods, hard = parts.total, True, [], []
     for comp in parts.components:
+        deadlines.check()
         got = _decide(comp, deadline, time_limit)
         if isinstance(got, Core):  # what no cheap strategy decided: the 0/1 program
             hard.append((comp, got))
@@ -120,7 +125,9 @@ def max_overlap(
         methods.append("milp")
         upper, exact = upper + sol.upper, exact and sol.exact
         parts.place(comp, sol)
-    return _result(qs, w, integral, parts, upper, "bound" if not exact else hardest(methods))
+    colouring = _COLOURING_MAX if time_limit is None else _COLOURING_TIMED
+    method = "bound" if not exact else hardest(methods)
+    return _result(qs, w, integral, parts, upper, method, colouring)
 
 
 def _check_number(name: str, x: object, minimum: float = -math.inf, infinite: bool = False) -> None:
@@ -188,7 +195,13 @@ def _over_boxes(
 
 
 def _result(
-    qs: list[Query], w: np.ndarray, integral: bool, parts: Split, upper: float, method: str
+    qs: list[Query],
+    w: np.ndarray,
+    integral: bool,
+    parts: Split,
+    upper: float,
+    method: str,
+    colouring: int,
 ) -> OverlapResult:
     """The witness from the point the components placed, and the final bounds."""
     schema = qs[0].schema
@@ -202,7 +215,7 @@ def _result(
     exact = method != "bound"
     if exact:
         upper = lower
-    elif len(qs) <= _COLOURING_MAX:
+    elif len(qs) <= colouring:
         upper = min(upper, colouring_bound(qs, w).value)
     return OverlapResult(
         value=as_number(lower if exact else upper, integral),

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.queries.overlap.atoms import atoms
 from dpcurator.queries.overlap.result import ColouringResult, as_number
 from dpcurator.queries.overlap.split import prepare, unions
@@ -94,7 +95,9 @@ def _greedy_colours(adj: np.ndarray, active: np.ndarray) -> np.ndarray:
     neighbour has, vertices by decreasing degree."""
     colours = np.full(len(adj), -1, np.int64)
     order = np.argsort(-adj.sum(axis=1), kind="stable")
-    for v in order:
+    for n, v in enumerate(order):
+        if n % 256 == 0:
+            deadlines.check()
         if not active[v]:
             continue
         used = colours[adj[v]]
