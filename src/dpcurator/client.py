@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from dpcurator import errors
-from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
 from dpcurator.curator.curator import Estimate, Remaining
 
 #: The exception each error reason of the service becomes.
@@ -305,11 +305,15 @@ class Client:
         mu: float | None = None,
         allocation: str = "optimal",
         objective: str = "per-table",
+        strategy: str = "auto",
         table: str | None = None,
-    ) -> tuple[dict[str, Any], list[Answer]]:
+    ) -> tuple[dict[str, Any], list[Answer] | list[DerivedAnswer]]:
         """Plan and release a workload; returns (the plan's summary, the answers).
         ``objective``: what the optimal allocation minimises (``total``, ``per-table``
-        or ``max``), as in :meth:`Curator.release_workload`."""
+        or ``max``) and ``strategy`` what is measured (``auto``, ``direct``,
+        ``marginals``, ``identity`` or ``tree``), as in :meth:`Curator.release_workload`:
+        :class:`Answer` objects for ``direct``, :class:`DerivedAnswer` objects (least-
+        squares estimates) otherwise; the summary's ``strategies`` has every candidate."""
         body = self._body(
             workload=workload,
             epsilon=epsilon,
@@ -317,10 +321,26 @@ class Client:
             mu=mu,
             allocation=allocation,
             objective=objective,
+            strategy=strategy,
             table=table,
         )
         out = self._call("POST", "/v1/release", json=body)
-        return {k: v for k, v in out.items() if k != "answers"}, [_answer(a) for a in out["answers"]]
+        summary = {k: v for k, v in out.items() if k not in ("answers", "derived")}
+        if out.get("strategy", "direct") != "direct":
+            return summary, [
+                DerivedAnswer(
+                    a["query"],
+                    a["value"],
+                    a["variance"],
+                    a["half_width"],
+                    a["strategy"],
+                    a["currency"],
+                    a["remaining"],
+                    tuple(a["charge_ids"]),
+                )
+                for a in out["derived"]
+            ]
+        return summary, [_answer(a) for a in out["answers"]]
 
     def estimate(self, kind: str, **args: Any) -> Estimate:
         e = self._call("POST", "/v1/estimate", json=self._body(kind=kind, **args))

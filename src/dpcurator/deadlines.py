@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,27 +54,40 @@ class Deadline:
 
 NEVER = Deadline(math.inf, math.inf)
 
-_CURRENT: contextvars.ContextVar[Deadline] = contextvars.ContextVar("deadline", default=NEVER)
+#: The current deadline, and an event that stops the work at once (a server shutting
+#: down), if any.
+_CURRENT: contextvars.ContextVar[tuple[Deadline, threading.Event | None]] = contextvars.ContextVar(
+    "deadline", default=(NEVER, None)
+)
 
 
 def current() -> Deadline:
     """The deadline of the request this code runs for (:data:`NEVER` outside one)."""
-    return _CURRENT.get()
+    return _CURRENT.get()[0]
 
 
 def check() -> None:
-    """Raise :class:`~dpcurator.errors.Undecided` if the current deadline has passed."""
-    d = _CURRENT.get()
+    """Raise :class:`~dpcurator.errors.Undecided` if the current deadline has passed,
+    or the work was stopped."""
+    d, stop = _CURRENT.get()
     if d.at != math.inf and time.monotonic() > d.at:
         raise d.error()
+    if stop is not None and stop.is_set():
+        raise Undecided("the curator is shutting down; nothing was charged")
 
 
 @contextmanager
-def within(deadline: Deadline) -> Iterator[Deadline]:
-    """Run the block under ``deadline``, or under the current one if it is earlier."""
-    outer = _CURRENT.get()
-    token = _CURRENT.set(deadline if deadline.at < outer.at else outer)
+def within(deadline: Deadline, stop: threading.Event | None = None) -> Iterator[Deadline]:
+    """Run the block under ``deadline``, or under the current one if it is earlier, and
+    stop it (at its next :func:`check`) once ``stop`` is set."""
+    outer, outer_stop = _CURRENT.get()
+    token = _CURRENT.set((deadline if deadline.at < outer.at else outer, stop or outer_stop))
     try:
-        yield _CURRENT.get()
+        yield _CURRENT.get()[0]
     finally:
         _CURRENT.reset(token)
+
+
+def stopper() -> threading.Event | None:
+    """The current stop event (to hand the work to another thread)."""
+    return _CURRENT.get()[1]

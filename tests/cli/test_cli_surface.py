@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "examples" / "adult" / "schema.json"
 SAMPLE = ROOT / "examples" / "data" / "adult-sample.csv"
 BASE = ["answer", "--data", SAMPLE, "--schema", SCHEMA, "--separator", ",", "--header"]
+DIRECT = ["--strategy", "direct"]  # these tests study the measurement of the asked queries
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
+    if argv and argv[0] == "answer" and "--strategy" not in argv:
+        argv = (*argv, *DIRECT)
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err

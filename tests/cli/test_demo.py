@@ -20,6 +20,7 @@ SPLITS = (
     "optimal for total",
     "optimal for per-table",
     "optimal for max",
+    "marginals strategy, least squares",
 )
 
 
@@ -31,11 +32,13 @@ def test_demo_json(capsys) -> None:
     assert main(["demo", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["gamma"] == 28 and d["queries"] == 4354
-    # the showcase table is made consistent: its intervals are narrower than the raw ones
-    assert d["postprocess"] == ["consistent"] and len(d["showcase"]) == 4
+    # released by the marginals strategy: the showcase's answers are least-squares
+    # estimates with their exact variance
+    assert d["strategy"] == "marginals" and len(d["showcase"]) == 4
     for r in d["showcase"]:
         assert r["interval"] == "normal approximation, exact variance"
-        assert r["interval_high"] - r["interval_low"] < 2 * r["noisy_half_width"]
+        half = (r["interval_high"] - r["interval_low"]) / 2
+        assert half == pytest.approx(1.959964 * math.sqrt(r["variance"]), rel=1e-5)
     # released with the default objective: every table weighs the same (here: the equal
     # split, the uniform allocation)
     assert d["allocation"] == "optimal" and d["objective"] == "per-table"
@@ -51,25 +54,28 @@ def test_demo_json(capsys) -> None:
         ("optimal", "total"),
         ("optimal", "per-table"),
         ("optimal", "max"),
+        ("marginals", "per-table"),
     ]
-    assert [x["released"] for x in a] == [False, False, False, True, False]
+    assert [x["released"] for x in a] == [False, False, False, False, False, True]
+    # the strategy has the least error for the objective it was chosen for
+    assert all(a[-1]["per_table_squared_error"] < x["per_table_squared_error"] for x in a[:-1])
     assert {x["line"] for x in a} == {d["showcase"][0]["line"]} and d["showcase_table"]
-    by = {x["objective"]: x for x in a[2:]}
+    by = {x["objective"]: x for x in a[2:5]}
     measure = {
         "total": "total_squared_error",
         "per-table": "per_table_squared_error",
         "max": "worst_answer_squared_error",
     }
     for objective, key in measure.items():  # each objective is best on its own measure
-        assert all(by[objective][key] <= x[key] * (1 + 1e-4) for x in a), objective
+        assert all(by[objective][key] <= x[key] * (1 + 1e-4) for x in a[:5]), objective
     # total buys its lower total error with the small tables: the showcase's cells
     assert by["total"]["total_squared_error"] < 0.5 * by["per-table"]["total_squared_error"]
     assert by["total"]["line_squared_error"] > 4 * by["per-table"]["line_squared_error"]
     assert by["max"]["optimality_gap"] == 0 and 0 <= by["per-table"]["optimality_gap"] <= 1e-4
-    # the released variance is the showcase's raw noise: its interval is that wide
-    sd = math.sqrt(by["per-table"]["line_squared_error"])
+    # the released variance is the strategy's: the showcase's interval is that wide
+    sd = math.sqrt(a[-1]["line_squared_error"])
     r = d["showcase"][0]
-    assert 1.5 * sd < r["noisy_half_width"] < 2.5 * sd
+    assert r["variance"] == pytest.approx(sd**2, rel=1e-9)
 
 
 def test_demo_readable(capsys, tmp_path) -> None:
@@ -77,7 +83,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
     png = tmp_path / "demo.png"
     assert main(["demo", "--out", str(out), "--plot", str(png)]) == 0
     text = capsys.readouterr().out
-    assert "made consistent" in text and "in memory" in text
+    assert "derived by least squares" in text and "in memory" in text
     # no "x less noise" claims: every split's figures side by side, the released one marked
     assert "less noise" not in text and "utility gain" not in text
     rows = {}
@@ -86,8 +92,8 @@ def test_demo_readable(capsys, tmp_path) -> None:
             if ln[2:].startswith(name + " "):
                 rows[name] = (ln[0], ln[2 + len(name) :].split())
     assert set(rows) == set(SPLITS)
-    assert [rows[n][0] for n in SPLITS] == [" ", " ", " ", "*", " "]
-    assert "Released (*): per-table, the default" in text
+    assert [rows[n][0] for n in SPLITS] == [" ", " ", " ", " ", " ", "*"]
+    assert "Released (*): the marginals strategy" in text
     # one figure, one form: the guarantee is the worst point's exact total, rounded up
     # as the ledger's "spent" would be; each ± says what it is
     from fractions import Fraction
@@ -105,10 +111,11 @@ def test_demo_readable(capsys, tmp_path) -> None:
 
     tables, cells = re.search(r"a workload of (\d+) marginal tables \(([\d,]+) cells\)", readme).groups()
     assert f"{tables} marginal tables, {cells} cells" in text
-    assert "made consistent with the other" in text and "with 95% intervals" in text
-    assert "its 95% half-width" in text and "alone have ±" not in text
+    assert re.search(r"^Released \(\*\): the \w+ strategy", text, re.M)
+    assert "the strategy released" in readme
+    assert re.search(r"^One released table, marginal\(sex, income\), .* with 95% intervals:$", text, re.M)
     # the figures are the planner's, each rounded up (never shown smaller than it is)
-    from dpcurator.planner import compare_objectives, make_plan
+    from dpcurator.planner import compare_objectives, make_plan, strategy_errors
     from dpcurator.privacy import PureDP
     from dpcurator.queries import Schema, parse_workload
 
@@ -119,7 +126,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
     plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
     assert d_plan_total == f"{amount(Fraction(plan.guarantee.to_dict()['total_exact']), up=True)}-DP"
     line = next(q.line for q in plan.queries if q.text.startswith("sex = 'Female' AND income"))
-    for name, e in zip(SPLITS, compare_objectives(plan), strict=True):
+    for name, e in zip(SPLITS, compare_objectives(plan) + strategy_errors(plan), strict=True):
         shown = [_number(x) for x in rows[name][1]]
         truth = [e.total, *(math.sqrt(v) for v in (e.worst, e.per_table, e.line(line)))]
         for s, t in zip(shown, truth, strict=True):

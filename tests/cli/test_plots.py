@@ -98,7 +98,9 @@ def test_labels_are_whole_and_equal_costs_are_said_not_drawn(mixture) -> None:
     fig = release_figure(plan, rows_for(plan), line_text=texts, splits=splits)
     try:
         assert len(fig.axes) == 2  # every answer cost eps/8: no panel of 8 equal bars
-        assert f"every answer cost the same, {plan.values[0]:g} epsilon" in fig.axes[1].get_title(loc="left")
+        which = "answer" if plan.strategy is None else "query of the direct split"
+        said = f"every {which} costs the same, {plan.values[0]:g} epsilon"
+        assert said in fig.axes[1].get_title(loc="left")
         shown = [t.get_text().replace("\n", " ") for t in fig.axes[1].get_xticklabels()]
         lines = sorted({q.line for q in plan.queries})
         for label, ln in zip(shown, lines, strict=True):

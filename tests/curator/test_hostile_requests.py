@@ -444,11 +444,11 @@ def test_request_limits_are_per_curator_and_checked_before_building(people):
     with Curator.open(
         data=data, schema=schema, budget=ONE, limits=RequestLimits(max_cells=50, max_queries=120)
     ) as c:
-        with pytest.raises(TooLarge, match="100 cells exceeds 50"):
+        with pytest.raises(TooLarge, match="100 cells exceeds the limit max_cells = 50"):
             c.histogram("age", epsilon=0.1)
-        with pytest.raises(TooLarge, match="exceeds 50"):
+        with pytest.raises(TooLarge, match="exceeds the limit max_cells = 50"):
             c.marginal(["age", "sex"], epsilon=0.1)
-        with pytest.raises(TooLarge):
+        with pytest.raises(TooLarge, match="max_queries"):
             c.release(["age < 3"] * 121, [0.001] * 121)
         with pytest.raises(TooLarge, match="may hold 120 more"):
             c.release_workload("marginal(age, sex, region)", epsilon=0.1)  # 800 cells
@@ -456,5 +456,12 @@ def test_request_limits_are_per_curator_and_checked_before_building(people):
             c.release_workload("histogram(age)\nmarginal(sex, region, age)", epsilon=0.1)
         assert c.remaining() == 1.0
         c.histogram("region", epsilon=0.1)
+    with Curator.open(
+        data=data, schema=schema, budget=ONE, limits=RequestLimits(max_charges=10)
+    ) as c:
+        with pytest.raises(TooLarge, match="11 queries would write as many ledger rows, over the limit max_charges = 10"):
+            c.release(["age < 3"] * 11, [0.001] * 11)
+        assert c.history() == []
+        c.release(["age < 3"] * 10, [0.001] * 10)
     with pytest.raises(InvalidParameter):
         RequestLimits(max_cells=0)

@@ -114,7 +114,7 @@ def check_claims(printed: list[tuple[str, str]], started: list[str]) -> None:
     summary = output_of(printed, "--postprocess consistent,clamp,round")
     for label in ("gamma:", "guarantee:", "theorem:", "remaining:"):
         assert re.search(rf"^{label}", summary, re.M), (label, summary)
-    assert "table average (per-table)" in summary and "total |noise|" in summary
+    assert "objective (per-table)" in summary and "total |noise|" in summary
     for allocation in ("sequential", "uniform", "optimal"):
         assert re.search(rf"^  [ *] {allocation} ", summary, re.M), allocation
     # "remaining_exact": "...", and the guarantee that is exactly what was spent

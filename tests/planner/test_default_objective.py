@@ -69,13 +69,13 @@ def test_the_objectives_differ_here() -> None:
 
 
 def test_curator_default_is_per_table(curator) -> None:
-    plan, answers = curator.release_workload(WORKLOAD, epsilon=0.5)
+    plan, answers = curator.release_workload(WORKLOAD, strategy="direct", epsilon=0.5)
     assert plan.objective == "per-table"
     assert list(plan.values) == costs("per-table", 0.5)
     assert [a.cost for a in answers] == pytest.approx(costs("per-table", 0.5))
-    plan, _ = curator.analyst("ann").release_workload(WORKLOAD, epsilon=0.25)
+    plan, _ = curator.analyst("ann").release_workload(WORKLOAD, strategy="direct", epsilon=0.25)
     assert plan.objective == "per-table" and list(plan.values) == costs("per-table", 0.25)
-    plan, _ = curator.release_workload(WORKLOAD, epsilon=0.25, objective="total")
+    plan, _ = curator.release_workload(WORKLOAD, strategy="direct", epsilon=0.25, objective="total")
     assert plan.objective == "total" and list(plan.values) == costs("total", 0.25)
 
 
@@ -85,7 +85,7 @@ def test_service_release_default_is_per_table(curator) -> None:
     with TestClient(app) as client:
         r = client.post(
             "/v1/release",
-            json={"workload": WORKLOAD, "epsilon": 0.5},
+            json={"workload": WORKLOAD, "strategy": "direct", "epsilon": 0.5},
             headers={"Authorization": f"Bearer {token}"},
         )
         assert r.status_code == 200, r.text
@@ -97,7 +97,12 @@ def test_service_release_default_is_per_table(curator) -> None:
         # Asked for: another objective, and one that does not exist (nothing charged).
         r = client.post(
             "/v1/release",
-            json={"workload": WORKLOAD, "epsilon": 0.25, "objective": "total"},
+            json={
+                "workload": WORKLOAD,
+                "strategy": "direct",
+                "epsilon": 0.25,
+                "objective": "total",
+            },
             headers={"Authorization": f"Bearer {token}"},
         )
         assert r.status_code == 200, r.text
@@ -107,7 +112,12 @@ def test_service_release_default_is_per_table(curator) -> None:
         charges = len(curator.history())
         r = client.post(
             "/v1/release",
-            json={"workload": WORKLOAD, "epsilon": 0.1, "objective": "fairest"},
+            json={
+                "workload": WORKLOAD,
+                "strategy": "direct",
+                "epsilon": 0.1,
+                "objective": "fairest",
+            },
             headers={"Authorization": f"Bearer {token}"},
         )
         assert r.status_code == 422 and "objective" in r.text
@@ -119,5 +129,5 @@ def test_a_bad_objective_is_one_clear_error_and_charges_nothing(curator, bad) ->
     from dpcurator.errors import InvalidParameter
 
     with pytest.raises(InvalidParameter, match="unknown objective"):
-        curator.release_workload(WORKLOAD, epsilon=0.5, objective=bad)
+        curator.release_workload(WORKLOAD, strategy="direct", epsilon=0.5, objective=bad)
     assert curator.history() == []

@@ -31,6 +31,13 @@ from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import Query, Schema, max_overlap, parse_workload
 
+
+def direct_plan(*args, **kw):
+    """make_plan measuring the asked queries: these tests study the direct splits."""
+    kw.setdefault("strategy", "direct")
+    return make_plan(*args, **kw)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 ADULT = Schema.load(ROOT / "examples" / "adult" / "schema.json")
 SMALL = Schema.from_dict(
@@ -106,7 +113,7 @@ def test_order_and_exact_feasibility(wq, guarantee) -> None:
     worst point stays within the budget in exact arithmetic (brute force)."""
     qs, w = wq
     plans = {
-        a: make_plan(qs, w, guarantee, a, time_limit=10)
+        a: direct_plan(qs, w, guarantee, a, time_limit=10)
         for a in ("sequential", "uniform", "optimal")
     }
     sq = plans["optimal"].expected_sq
@@ -189,7 +196,7 @@ def test_all_two_way_marginals_gain() -> None:
     ]
     text = "\n".join(f"marginal({x}, {y})" for x, y in itertools.combinations(attrs, 2))
     wl = parse_workload(text, ADULT)
-    p = make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective="total")
+    p = direct_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective="total")
     assert p.gamma == 28 and p.gamma_exact
     e = p.expected_abs
     assert e["sequential"] >= 10 * e["uniform"] and e["optimal"] < e["uniform"]
@@ -197,7 +204,7 @@ def test_all_two_way_marginals_gain() -> None:
     assert r.exact and r.value <= 1.0
     # the default (per-table): every point is in one cell of each table, so each table
     # weighs the same and the optimum is the equal split, 1/28 a table
-    d = make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal")
+    d = direct_plan(wl.queries, wl.weights, PureDP(1.0), "optimal")
     assert d.objective == "per-table"
     assert np.allclose(d.values, 1 / 28, rtol=1e-5) and max(d.values) <= 1 / 28
     worst = {k: max(n.variance() for n in q.noises) for k, q in (("total", p), ("default", d))}
@@ -218,7 +225,7 @@ def per_table_error(plan, allocation: str) -> float:
 def test_guarantees_by_budget_kind() -> None:
     wl = parse_workload((ROOT / "examples" / "adult" / "mixture.txt").read_text(), ADULT)
     for g in BUDGETS:
-        p = make_plan(wl.queries, wl.weights, g, "optimal")  # per-table
+        p = direct_plan(wl.queries, wl.weights, g, "optimal")  # per-table
         fin = p.guarantee
         assert fin.within_budget and fin.certified
         if isinstance(g, PureDP):
@@ -236,21 +243,21 @@ def test_guarantees_by_budget_kind() -> None:
         assert per_table_error(p, "optimal") <= per_table_error(p, "uniform") * (1 + 1e-5)
         assert per_table_error(p, "uniform") < per_table_error(p, "sequential") / 10
         assert p.expected_abs["uniform"] < p.expected_abs["sequential"]
-        t = make_plan(wl.queries, wl.weights, g, "optimal", objective="total")
+        t = direct_plan(wl.queries, wl.weights, g, "optimal", objective="total")
         assert t.guarantee.within_budget and t.guarantee.certified
         assert t.expected_abs["optimal"] < t.expected_abs["uniform"]
 
 
 def test_available_budget_and_refusal() -> None:
     wl = parse_workload("histogram(sex)\ntotal", ADULT)
-    p = make_plan(wl.queries, wl.weights, PureDP(1.0), "uniform", available=0.5)
+    p = direct_plan(wl.queries, wl.weights, PureDP(1.0), "uniform", available=0.5)
     assert sum(p.values[:1]) + p.values[-1] <= 0.5
     with pytest.raises(BudgetExceeded):
-        make_plan(wl.queries, wl.weights, PureDP(1.0), "uniform", available=1e-12)
+        direct_plan(wl.queries, wl.weights, PureDP(1.0), "uniform", available=1e-12)
     with pytest.raises(InvalidParameter):
-        make_plan(wl.queries, wl.weights, PureDP(1.0), "best")
+        direct_plan(wl.queries, wl.weights, PureDP(1.0), "best")
     with pytest.raises(InvalidParameter):
-        make_plan([], None, PureDP(1.0))
+        direct_plan([], None, PureDP(1.0))
 
 
 def test_consistent_total_equals_breakdowns() -> None:
@@ -290,7 +297,7 @@ def test_objectives_per_table_and_max() -> None:
     wl = parse_workload("marginal(sex, income)\nmarginal(education, occupation)", ADULT)
     small = np.array([q.line == 1 for q in wl.queries])
     plans = {
-        o: make_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective=o)
+        o: direct_plan(wl.queries, wl.weights, PureDP(1.0), "optimal", objective=o)
         for o in ("total", "per-table", "max")
     }
     cost = {o: np.array(p.values) for o, p in plans.items()}
@@ -302,10 +309,10 @@ def test_objectives_per_table_and_max() -> None:
     assert len(set(cost["max"].round(12))) == 1  # the equal split
     # symmetric tables (every point in one cell of each): per-table is the equal split
     sym = parse_workload("marginal(sex, race)\nmarginal(education, income)", ADULT)
-    p = make_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="per-table")
+    p = direct_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="per-table")
     assert np.ptp(np.array(p.values)) < 1e-6 * max(p.values)
     with pytest.raises(InvalidParameter, match="objective"):
-        make_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="fair")
+        direct_plan(sym.queries, sym.weights, PureDP(1.0), "optimal", objective="fair")
 
 
 # --- the per-table objective (the default) --------------------------------------------------
@@ -339,10 +346,10 @@ def line_errors(plan, line_ids) -> float:
 
 def test_default_objective_is_per_table() -> None:
     wl = parse_workload("marginal(a, b)\nhistogram(c)\na < 2", SMALL)
-    default = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    default = direct_plan(wl.queries, wl.weights, PureDP(1.0))
     assert default.objective == "per-table" and default.allocation.name == "optimal"
-    per = make_plan(wl.queries, wl.weights, PureDP(1.0), objective="per-table")
-    total = make_plan(wl.queries, wl.weights, PureDP(1.0), objective="total")
+    per = direct_plan(wl.queries, wl.weights, PureDP(1.0), objective="per-table")
+    total = direct_plan(wl.queries, wl.weights, PureDP(1.0), objective="total")
     assert default.values == per.values
     # the lines cover every point of a < 2 once each: per-table is the equal split,
     # total gives the 12-cell table more than the 1-query line
@@ -365,7 +372,7 @@ def test_per_table_closed_form(guarantee) -> None:
         wl = parse_workload(f"a < 2\na >= 2\n{table}", SMALL)
         assert len(wl) == 2 + n
         for objective, ratio in (("per-table", 2.0), ("total", 2.0 / n)):
-            plan = make_plan(wl.queries, wl.weights, guarantee, objective=objective)
+            plan = direct_plan(wl.queries, wl.weights, guarantee, objective=objective)
             x = B * ratio ** (1 / (p + 1)) / (1 + ratio ** (1 / (p + 1)))
             c = plan.additive_costs()
             assert c[0] == pytest.approx(x, rel=1e-4) and c[1] == pytest.approx(x, rel=1e-4)
@@ -388,7 +395,7 @@ def test_per_table_matches_brute_force(wl, guarantee) -> None:
     listed (one cost per line, SLSQP on log costs): each line's mean error counts once."""
     b = PlanBudget.of(guarantee)
     qs = wl.queries
-    plan = make_plan(qs, wl.weights, guarantee, time_limit=10)
+    plan = direct_plan(qs, wl.weights, guarantee, time_limit=10)
     assert plan.objective == "per-table"
     line_ids = sorted({q.line for q in qs if not q.is_empty})
     if not line_ids:
@@ -421,7 +428,7 @@ def test_per_table_matches_brute_force(wl, guarantee) -> None:
         assert got <= best * (1 + 2e-3)
     assert brute_max(qs, plan.values, plan.budget) <= Fraction(b.amount)
     # and it is the best of the three objectives on its own measure
-    total = make_plan(qs, wl.weights, guarantee, objective="total", time_limit=10)
+    total = direct_plan(qs, wl.weights, guarantee, objective="total", time_limit=10)
     got_total = line_errors(total, line_ids)
     assert got <= got_total * (1 + 1e-4)
 
@@ -433,7 +440,7 @@ def test_compare_objectives_each_best_on_its_own_measure() -> None:
         "marginal(sex, income)\nmarginal(education, occupation)\nage < 30\nage >= 30",
         ADULT,
     )
-    plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    plan = direct_plan(wl.queries, wl.weights, PureDP(1.0))
     es = compare_objectives(plan)
     assert [e.label for e in es] == [
         "sequential",

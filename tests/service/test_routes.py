@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpcurator import Curator
-from dpcurator.curator import Answer, TableAnswer
+from dpcurator.curator import Answer, DerivedAnswer, TableAnswer
 from dpcurator.curator.answers import HistoryEntry
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.errors import (
@@ -133,6 +133,16 @@ def public(x: object) -> object:
     """What does not depend on the noise or on the time."""
     if isinstance(x, Answer):
         return (x.query, x.noise, x.noise_parameter, x.cost, x.currency, x.half_width, x.remaining)
+    if isinstance(x, DerivedAnswer):
+        return (
+            x.query,
+            x.variance,
+            x.half_width,
+            x.strategy,
+            x.currency,
+            x.remaining,
+            x.charge_ids,
+        )
     if isinstance(x, TableAnswer):
         return (x.request, x.cost, x.currency, x.remaining, [public(c) for c in x.cells])
     if isinstance(x, HistoryEntry):
@@ -200,10 +210,15 @@ def test_release_a_workload_and_a_batch(tmp_path: Path) -> None:
         with s.http("ann") as h:
             r = h.post(
                 "/v1/release",
-                json={"workload": "age < 30\nage >= 30\nhistogram(sex)", "epsilon": 0.5},
+                json={
+                    "workload": "age < 30\nage >= 30\nhistogram(sex)",
+                    "epsilon": 0.5,
+                    "strategy": "direct",
+                },
             )
             assert r.status_code == 200, r.text
             out = r.json()
+            assert out["strategy"] == "direct" and out["derived"] == []
             assert [a["query"] for a in out["answers"]] == [
                 "age < 30",
                 "age >= 30",
@@ -241,6 +256,33 @@ def test_release_a_workload_and_a_batch(tmp_path: Path) -> None:
             ):
                 assert_error(h.post("/v1/release", json=bad), 400)
             assert s.charges() == 6
+            for bad_name in ("Auto", "best", "", 3, None, "tree\u0000"):
+                r = h.post("/v1/release", json={"workload": "histogram(sex)", "strategy": bad_name})
+                assert r.status_code == 422, r.text
+            assert s.charges() == 6
+            # a strategy: its tables are charged (one charge each), every asked answer is
+            # their least-squares estimate, with its variance and the charges it comes from
+            r = h.post(
+                "/v1/release",
+                json={
+                    "workload": "marginal(sex, region)\nhistogram(sex)\nhistogram(region)",
+                    "epsilon": 0.2,
+                    "strategy": "marginals",
+                    "objective": "total",
+                },
+            )
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["strategy"] == "marginals" and out["answers"] == []
+            names = [c["strategy"] for c in out["strategies"]]
+            assert names == ["marginals"]
+            derived = out["derived"]
+            assert len(derived) == 8 + 2 + 4
+            ids = derived[0]["charge_ids"]
+            assert s.charges() == 6 + len(ids)
+            assert all(d["variance"] > 0 and d["charge_ids"] == ids for d in derived)
+            cells = sum(d["value"] for d in derived[:8])
+            assert abs(cells - derived[8]["value"] - derived[9]["value"]) < 1e-6
 
 
 # --- error shapes -------------------------------------------------------------------------

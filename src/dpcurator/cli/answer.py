@@ -53,6 +53,18 @@ allocation:
   max         the largest error of any answer: the equal split budget / gamma, which
               no allocation beats
 
+--strategy (what is measured; the answers are derived from the measurements):
+  auto        the candidate below with the least expected error for --objective (default);
+              the summary and --json `strategies` give every candidate's figure
+  direct      the asked queries themselves, split by --allocation
+  marginals   weighted marginal tables on the atoms the workload cuts (any attribute
+              subsets, asked or not), every answer their least-squares estimate
+  identity    the histogram of the one ordered attribute a range workload constrains
+  tree        a b-ary hierarchy of ranges on that attribute, per-level costs optimised
+  Answers of marginals, identity and tree are least-squares estimates (consistent by
+  construction) with their exact variances; their rows carry `variance` and the ledger
+  `charges` they come from instead of a noisy count.
+
 --postprocess (comma-separated, applied in order; free: post-processing never costs
 privacy, Dwork & Roth 2014, Prop. 2.1):
   none        the noisy integers as released (default)
@@ -117,6 +129,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the default), the total over all answers (total: a table with many cells weighs "
         "more), or the largest expected error of any answer (max: the equal split)",
     )
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        metavar="NAME",
+        help="what to measure: auto (default: the least expected error), direct, "
+        "marginals, identity or tree (see below)",
+    )
     p.add_argument("--out", metavar="FILE", help="answers file: .csv, .json or .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
@@ -152,28 +171,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-#: How each objective's measure is named and shown (its squared error -> text).
+#: What each objective minimises, in words (its value is shown as the strategies show it).
 _MEASURES = {
-    "per-table": ("table average", "the root of the mean over workload lines of a line's mean squared error"),
-    "total": ("total squared", "the total squared error over all answers"),
-    "max": ("worst answer", "the largest error of any answer, as a standard deviation"),
+    "per-table": "the sum over workload lines of a line's mean expected squared error",
+    "total": "the weighted total of the answers' expected squared errors",
+    "max": "the largest expected squared error of any answer",
 }
 
 
-def _measure_text(objective: str, squared: float) -> str:
-    if objective == "total":
-        return output.error_figure(squared)
-    return "±" + output.error_figure(math.sqrt(squared))
-
-
 def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, Any]:
-    from dpcurator.planner import allocation_errors
+    from dpcurator.planner import objective_values
 
     d: dict[str, Any] = {
         "queries": len(plan.queries),
         "gamma": plan.gamma,
         "gamma_exact": plan.gamma_exact,
         "allocation": plan.allocation.name,
+        "strategy": plan.strategy_name,
+        "strategy_detail": "" if plan.strategy is None else plan.strategy.detail,
+        "strategies": [c.to_dict() for c in plan.candidates],
         "budget": plan.budget.describe(),
         "guarantee": plan.guarantee.to_dict(),
         "utility_gain": plan.utility_gain,
@@ -183,9 +199,7 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
     }
     if plan.allocation.name == "optimal":
         d["objective"] = plan.objective
-        d["objective_error"] = {
-            name: e.measure(plan.objective) for name, e in allocation_errors(plan).items()
-        }
+        d["objective_error"] = objective_values(plan)
     if plan.allocation.name == "optimal" and plan.allocation.lower_bound is not None:
         gap = plan.allocation.objective / plan.allocation.lower_bound - 1
         d["optimality_gap"] = max(0.0, gap)
@@ -232,31 +246,46 @@ def print_summary(d: dict[str, Any], stream) -> None:
     p(f"budget:       {d['budget']}")
     obj = f" (objective: {d['objective']})" if d.get("objective") else ""
     p(f"allocation:   {d['allocation']}{obj}")
+    detail = f" ({d['strategy_detail']})" if d.get("strategy_detail") else ""
+    p(f"strategy:     {d['strategy']}{detail}")
+    for c in d.get("strategies", []):
+        mark = "*" if c["strategy"] == d["strategy"] else " "
+        if c["objective_value"] is None:
+            p(f"  {mark} {c['strategy']:<10} does not apply: {c['note']}")
+        else:
+            bound = ">= " if c["lower_bound"] else ""
+            p(
+                f"  {mark} {c['strategy']:<10} {bound}{output.up(c['objective_value'])} "
+                f"expected error ({d.get('objective') or 'objective'}), planned in "
+                f"{c['seconds']:.2f} s"
+            )
     p(
         f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst "
         "point]"
     )
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
+    direct = d.get("strategy", "direct") == "direct"
+    of = "" if direct else " of the direct measurement (not released)"
     by = d.get("objective_error")
     objective = d.get("objective")
+    star = " (* released)" if direct else ""
     if by and objective:
-        name, meaning = _MEASURES[objective]
-        p("expected error of the noisy answers, by allocation (* released):")
-        p(f"    {'':<11} {'total |noise|':>14}  {name + ' (' + objective + ')':>28}")
+        p(f"expected error of the noisy answers{of}, by allocation{star}:")
+        p(f"    {'':<11} {'total |noise|':>14}  {'objective (' + objective + ')':>24}")
         for k in ("sequential", "uniform", "optimal"):
             if k in e:
-                mark = "*" if k == d["allocation"] else " "
-                p(f"  {mark} {k:<11} {e[k]:14,.1f}  {_measure_text(objective, by[k]):>28}")
+                mark = "*" if k == d["allocation"] and direct else " "
+                p(f"  {mark} {k:<11} {e[k]:14,.1f}  {output.up(by[k]):>24}")
         p(
-            f"    optimal minimises the {objective} objective, {meaning}; total |noise| "
-            "is another measure"
+            f"    optimal minimises the {objective} objective, {_MEASURES[objective]}; "
+            "total |noise| is another measure"
         )
     else:
-        p("expected total |noise| (* released):")
+        p(f"expected total |noise|{of}{star}:")
         for k in ("sequential", "uniform", "optimal"):
             if k in e:
-                mark = "*" if k == d["allocation"] else " "
+                mark = "*" if k == d["allocation"] and direct else " "
                 p(f"  {mark} {k:<11} {e[k]:14,.1f}")
     if "laplace_alternative" in d:
         a = d["laplace_alternative"]
@@ -265,8 +294,9 @@ def print_summary(d: dict[str, Any], stream) -> None:
             f"{a['epsilon_per_query']:.6g} per query by optimal composition; not additive, so "
             "not kept in a ledger)"
         )
-    p(f"utility gain: U = 1 - E_plan/E_sequential = {d['utility_gain']:.4f}")
-    if "optimality_gap" in d:
+    if direct:
+        p(f"utility gain: U = 1 - E_plan/E_sequential = {d['utility_gain']:.4f}")
+    if "optimality_gap" in d and direct:
         p(f"optimality:   within {d['optimality_gap']:.2%} of the optimum (dual bound)")
     for n in d.get("notes", []):
         p(f"note:         {n}")
@@ -327,9 +357,19 @@ def ledger_summary(d: dict[str, Any], cur: Any, ledger: str, table: str | None =
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
     from dpcurator.planner.consistency import consistency_system
+    from dpcurator.planner.strategies import STRATEGIES
     from dpcurator.queries import Schema, parse_workload
 
     t0 = time.monotonic()
+    if args.strategy not in STRATEGIES:
+        raise InvalidParameter(
+            f"--strategy: unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}"
+        )
+    if args.allocation != "optimal" and args.strategy not in ("auto", "direct"):
+        raise InvalidParameter(
+            f"--allocation {args.allocation} splits the direct measurement; it does not apply "
+            f"to --strategy {args.strategy}"
+        )
     if not (args.time_limit > 0 and math.isfinite(args.time_limit)):
         raise InvalidParameter(f"--time-limit must be a positive number, got {args.time_limit}")
     ledger = ledger_option(args.ledger)
@@ -348,7 +388,11 @@ def run(args: argparse.Namespace) -> int:
         workload = parse_workload(Path(args.workload), schema)
         if len(workload) == 0:
             raise InvalidParameter(f"{args.workload}: the workload has no queries")
-        system = consistency_system(workload.queries) if "consistent" in steps else None
+        system = (
+            consistency_system(workload.queries)
+            if "consistent" in steps and args.strategy in ("auto", "direct")
+            else None
+        )
         bar.step("loading the data")
         with Curator.open(
             data=args.data,
@@ -364,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
                 allocation=args.allocation,
                 time_limit=args.time_limit,
                 objective=args.objective,
+                strategy=args.strategy,
             )
             d = summary(plan, args.out, None)
             ledger_summary(d, cur, ledger)

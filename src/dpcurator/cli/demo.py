@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from dpcurator.cli import output
     from dpcurator.cli.answer import guarantee_text, summary
     from dpcurator.cli.release import release_intervals, rows_of
-    from dpcurator.planner import compare_objectives, make_plan
+    from dpcurator.planner import compare_objectives, strategy_errors
     from dpcurator.planner.consistency import consistency_system
     from dpcurator.privacy import PureDP
     from dpcurator.queries import Schema, parse_workload
@@ -87,15 +87,14 @@ def run(args: argparse.Namespace) -> int:
         with Curator.open(
             data=DATA, schema=schema, budget=budget, separator=",", header=True
         ) as cur:
-            plan = make_plan(wl.queries, wl.weights, budget, "optimal")  # default objective
-            bar.step("charging, counting, noise")
-            answers = cur.release(list(plan.queries), list(plan.values), kind="demo")
+            bar.step("planning, charging, counting, noise")
+            plan, answers = cur.release_workload(wl)  # default objective and strategy
         bar.step("the other allocations, planned")
-        splits = compare_objectives(plan)
+        splits = compare_objectives(plan) + strategy_errors(plan)
         bar.step("consistent answers (least squares)")
         line = _line_of(SHOWCASE)
         show = [i for i, q in enumerate(plan.queries) if q.line == line]
-        system = consistency_system(plan.queries)
+        system = consistency_system(plan.queries) if plan.strategy is None else None
         rel = release_intervals(plan, answers, ["consistent"], 0.95, system, exact_rows=show)
         rows = rows_of(plan, answers, rel, 0.95)
         bar.step("writing")
@@ -152,7 +151,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"Guarantee: {guarantee_text(g.to_dict())} ({g.worst_queries} queries at the worst point)")
     print(f"  {g.theorem}")
     print()
-    if show:
+    if show and plan.strategy is not None:
+        print(
+            f"One released table, {SHOWCASE}, derived by least squares from the "
+            f"{len(plan.strategy.measurements)} measured tables ({plan.strategy_name}: "
+            f"{plan.strategy.detail}), with 95% intervals:"
+        )
+        print(f"  {'cell':<40} {'answer':>9}  {'95% interval':<20} {'std. error':>10}")
+        for i in show:
+            r = rows[i]
+            iv = f"[{math.floor(r['interval_low']):,}, {math.ceil(r['interval_high']):,}]"
+            print(
+                f"  {r['query']:<40} {r['answer']:>9,.0f}  {iv:<20} {math.sqrt(r['variance']):>10.1f}"
+            )
+        print("  (interval: normal approximation with the answer's exact variance)")
+    elif show:
         print(
             f"One released table, {SHOWCASE}, made consistent with the other {tables - 1} "
             "(least squares), with 95% intervals:"
@@ -174,14 +187,18 @@ def run(args: argparse.Namespace) -> int:
         tail.append(f"all answers in {args.out}")
     if args.plot:
         tail.append(f"pictures in {args.plot}")
-    print(
-        f"\nReleased {t:,} noisy counts in {seconds:.1f} s"
-        + ("; " + "; ".join(tail) if tail else "")
+    what = (
+        f"{t:,} noisy counts"
+        if plan.strategy is None
+        else f"{t:,} answers derived from {len(plan.strategy.measurements)} noisy tables"
     )
+    print(f"\nReleased {what} in {seconds:.1f} s" + ("; " + "; ".join(tail) if tail else ""))
     return 0
 
 
 def _released(e, plan) -> bool:
+    if plan.strategy is not None:
+        return e.allocation == plan.strategy_name
     return e.allocation == plan.allocation.name and e.objective in (None, plan.objective)
 
 
@@ -203,6 +220,7 @@ def _print_splits(splits, plan, line: int | None, tables: int, t: int) -> None:
         "optimal (total)": "optimal for total",
         "optimal (per-table)": "optimal for per-table",
         "optimal (max)": "optimal for max",
+        f"{plan.strategy_name} ({plan.objective})": f"{plan.strategy_name} strategy, least squares",
     }
 
     def sd(v: float) -> str:
@@ -233,6 +251,16 @@ def _print_splits(splits, plan, line: int | None, tables: int, t: int) -> None:
         )
     gaps = " and ".join(e.objective for e in (tot, per) if e.gap is not None)
     worst_gap = max((e.gap for e in (tot, per) if e.gap is not None), default=0.0)
+    if plan.strategy is not None:
+        print(
+            f"Released (*): the {plan.strategy_name} strategy, chosen for the default objective "
+            f"({plan.objective}): {len(plan.strategy.measurements)} tables measured (asked or "
+            "not), every answer\ntheir least-squares estimate. The splits above measure the "
+            "asked cells themselves. Certified:\nthe optimal splits for "
+            f"{gaps} are within {_pct(worst_gap)} of their dual bounds; the equal split is "
+            "optimal for max\nby proof."
+        )
+        return
     print(
         f"Released (*): {plan.objective}, the default: no table is starved, so every table's "
         "intervals are\nusable. Certified: the optimal splits for "

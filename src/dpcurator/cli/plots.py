@@ -177,10 +177,10 @@ def release_figure(
         idx = [i for i, q in enumerate(plan.queries) if q.line == ln]
         for k in errors:
             per_line[k].append(float(np.mean([errors[k][i] for i in idx])))
-        cost_line.append(float(np.mean([rows[i]["cost"] for i in idx])))
+        cost_line.append(float(np.mean([plan.values[i] for i in idx])))  # the direct split's
         cells.append(len(idx))
     # (c) only when the costs differ: equal bars would say nothing a sentence cannot
-    costs = [float(r["cost"]) for r in rows]
+    costs = [float(c) for c in plan.values]  # the direct split's, as (c) draws them
     one_cost = bool(costs) and max(costs) == min(costs)
 
     fig = plt.figure(figsize=(12, 11 if one_cost else 15.5), layout="constrained")
@@ -260,9 +260,10 @@ def release_figure(
     if len(drawn) < len(series):
         title_b += "\n(allocations that give the same errors are one line, named together)"
     if one_cost:
-        cur = rows[0]["currency"]
+        cur = rows[0]["currency"] if rows else ""
+        which = "answer" if getattr(plan, "strategy", None) is None else "query of the direct split"
         title_b += (
-            f"\nevery answer cost the same, {rows[0]['cost']:g} {cur} "
+            f"\nevery {which} costs the same, {costs[0]:g} {cur} "
             f"({plan.allocation.name} allocation): the cells of a line share one cost, "
             "disjoint cells share the budget"
         )

@@ -88,6 +88,8 @@ def release_intervals(
     )
 
     alpha = 1.0 - confidence
+    if getattr(plan, "strategy", None) is not None:
+        return _derived_intervals(plan, answers, steps, alpha)
     noises: dict[tuple[str, float], Any] = {}
     half: list[int] = []
     sd: list[float] = []
@@ -139,6 +141,31 @@ def release_intervals(
     return Released(vals, low, high, half, method, note)
 
 
+def _derived_intervals(
+    plan: Any, answers: Sequence[Any], steps: Sequence[str], alpha: float
+) -> Released:
+    """A strategy's answers are least-squares estimates already (``consistent`` changes
+    nothing): the interval is the normal approximation with the exact variance."""
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    vals = np.array([a.value for a in answers], float)
+    sd = np.sqrt(np.maximum(np.array([a.variance for a in answers], float), 0.0))
+    low, high = vals - z * sd, vals + z * sd
+    method = ["normal approximation, exact variance"] * len(vals)
+    for s in steps:
+        if s == "clamp":
+            vals, low, high = np.maximum(vals, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0)
+            method = [m + ", clamped" for m in method]
+        elif s == "round":
+            vals, low, high = np.rint(vals), np.floor(low), np.ceil(high)
+            method = [m + ", rounded" for m in method]
+    note = (
+        f"answers derived by least squares from the {plan.strategy.name} strategy's "
+        "measurements (consistent by construction); intervals: normal approximation with "
+        "each answer's exact variance"
+    )
+    return Released(vals, low, high, [], method, note)
+
+
 def _num(v: float) -> float | int:
     f = float(v)
     return int(f) if f.is_integer() else f
@@ -147,6 +174,23 @@ def _num(v: float) -> float | int:
 def rows_of(plan: Any, answers: Sequence[Any], rel: Released, confidence: float) -> list[dict]:
     """One row per query: the answer as released (post-processed if asked) and its
     interval at ``confidence``, then the noisy answer and its noise."""
+    if getattr(plan, "strategy", None) is not None:
+        return [
+            {
+                "query": q.text or "total",
+                "line": q.line,
+                "answer": _num(rel.values[i]),
+                "interval_low": _num(rel.low[i]),
+                "interval_high": _num(rel.high[i]),
+                "confidence": confidence,
+                "interval": rel.method[i],
+                "strategy": a.strategy,
+                "variance": a.variance,
+                "charges": ",".join(map(str, a.charge_ids)),
+                "currency": a.currency,
+            }
+            for i, (q, a) in enumerate(zip(plan.queries, answers, strict=True))
+        ]
     rows = []
     for i, (q, a, noise, cost) in enumerate(
         zip(plan.queries, answers, plan.noises, plan.values, strict=True)

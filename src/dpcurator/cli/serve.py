@@ -41,9 +41,12 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   max_body_bytes = 1000000
   requests_per_second = 20      # per analyst
   burst = 40
+  request_time_limit = 10       # seconds to decide one request (past it: 503, no charge)
   solver_time_limit = 5         # seconds of exact overlap checks per request
-  max_cells = 100000            # cells of one histogram or marginal
-  max_queries = 100000          # queries of one batch or workload (macros expanded)
+  solver_threads = 2            # exact checks at once (each analyst's one at a time)
+  max_cells = 50000             # cells of one histogram or marginal
+  max_queries = 10000           # queries of one batch or workload (macros expanded)
+  max_charges = 10000           # ledger rows one request may write
   [privacy_unit]                # a person may own up to max_rows rows
   column = "user_id"
   max_rows = 3
@@ -59,8 +62,11 @@ ROOT = Path(__file__).resolve().parents[3]
 #: A served curator's default work limits per request: a request of a few bytes (a
 #: marginal of two wide columns, a workload of wide histograms) is refused at once
 #: rather than keeping the server busy for minutes.
-SERVER_MAX_CELLS = 100_000
-SERVER_MAX_QUERIES = 100_000
+SERVER_MAX_CELLS = 50_000
+SERVER_MAX_QUERIES = 10_000
+SERVER_MAX_CHARGES = 10_000
+#: Seconds a served request may take to be decided (it is then refused, nothing charged).
+SERVER_REQUEST_TIME_LIMIT = 10.0
 DEMO_DATA = ROOT / "examples" / "data" / "adult-sample.csv"
 DEMO_SCHEMA = ROOT / "examples" / "adult" / "schema.json"
 
@@ -124,9 +130,12 @@ _KEYS = {
         "max_body_bytes",
         "requests_per_second",
         "burst",
+        "request_time_limit",
         "solver_time_limit",
+        "solver_threads",
         "max_cells",
         "max_queries",
+        "max_charges",
     },
     "privacy_unit": {"column", "max_rows"},
     "tables": None,
@@ -207,6 +216,7 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
     work = RequestLimits(
         max_cells=_positive(server, "max_cells", SERVER_MAX_CELLS, integer=True),
         max_queries=_positive(server, "max_queries", SERVER_MAX_QUERIES, integer=True),
+        max_charges=_positive(server, "max_charges", SERVER_MAX_CHARGES, integer=True),
     )
 
     budget = _budget(args, cfg)
@@ -222,6 +232,8 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
         ledger=ledger,
         privacy_unit=privacy_unit,
         solver_time_limit=limit,
+        request_time_limit=_positive(server, "request_time_limit", SERVER_REQUEST_TIME_LIMIT),
+        solver_threads=_positive(server, "solver_threads", 2, integer=True),
         limits=work,
         **loads[0],
         **options.backend_options(args),

@@ -1,6 +1,6 @@
 """The curator: budgets, refusals, the durable ledger."""
 
-from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget
 from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
 from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
@@ -10,6 +10,7 @@ __all__ = [
     "Answer",
     "Budget",
     "Curator",
+    "DerivedAnswer",
     "Estimate",
     "HistoryEntry",
     "OverlapFilter",

@@ -35,6 +35,34 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class DerivedAnswer:
+    """An asked query answered from a strategy's measurements, not measured itself: the
+    generalised least-squares estimate from every measured table of the release
+    (post-processing: Dwork & Roth 2014, Prop. 2.1), so the answers of a release agree.
+
+    ``variance`` is its exact variance (a known linear combination of the independent
+    exact noises); ``half_width`` is the normal approximation's 95% half-width from it
+    (the error is a sum of many independent discrete noises; the interval is
+    approximate). ``charge_ids`` are the ledger charges it was derived from;
+    ``remaining`` is what is left at the worst point of the domain right after the
+    release (its tables cover every point, so at least this is left on any query's).
+    """
+
+    query: str
+    value: float
+    variance: float
+    half_width: float
+    strategy: str
+    currency: str
+    remaining: float
+    charge_ids: tuple[int, ...]
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (self.value - self.half_width, self.value + self.half_width)
+
+
+@dataclass(frozen=True)
 class TableAnswer:
     """A histogram or marginal: disjoint cells released together, charged once."""
 

@@ -16,8 +16,9 @@ import functools
 import inspect
 import itertools
 import math
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -33,7 +34,7 @@ from dpcurator.curator.admission import (
     check_and_charge,
     query_of,
 )
-from dpcurator.curator.answers import Answer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
 from dpcurator.curator.ledger import ChargeRow, Ledger
 from dpcurator.curator.overlap_filter import (
@@ -70,6 +71,22 @@ def _describe(noise: object) -> tuple[str, float]:
 def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | BooleanQuery:
     """The query covering C_q ∩ (the box ``coverages``), with canonical text."""
     return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
+
+
+def _cells(
+    base: Query | BooleanQuery, boxes: Iterable[dict[str, tuple]]
+) -> tuple[tuple[Query | BooleanQuery, ...], tuple[str, ...]]:
+    """The cells of a histogram or marginal (each box within C_base) and their labels
+    (each box's own text): one query built per cell when ``base`` covers everything."""
+    cells, labels = [], []
+    everything = isinstance(base, Query) and not base.predicates
+    for n, box in enumerate(boxes):
+        if n % 1024 == 0:
+            deadlines.check()
+        cell = Query.from_coverages(base.schema, box)
+        labels.append(cell.text)
+        cells.append(cell if everything else intersection(base, cell, text=""))
+    return tuple(cells), tuple(labels)
 
 
 @dataclass(frozen=True)
@@ -138,7 +155,7 @@ def _timed(method: Callable[Concatenate[Curator, P], R]) -> Callable[Concatenate
 
     @functools.wraps(method)
     def run(self: Curator, *args: P.args, **kw: P.kwargs) -> R:
-        with deadlines.within(self._deadline()):
+        with deadlines.within(self._deadline(), self._stopping):
             return method(self, *args, **kw)
 
     return run
@@ -169,6 +186,7 @@ class Curator:
         self._time_limit = solver_time_limit
         self._request_limit = request_time_limit
         self._pool = SolverPool(solver_threads)
+        self._stopping = threading.Event()  # set by close(): requests in flight stop
         self._filter = OverlapFilter(budget.amount, budget.currency)
         with ledger.lock:
             self._sync()
@@ -313,6 +331,9 @@ class Curator:
         )
 
     def close(self) -> None:
+        """Stop the requests in flight (at their next deadline check: nothing half-done
+        is committed), then close the data and the ledger."""
+        self._stopping.set()
         self._pool.close()
         for be in self._backends.values():
             be.close()
@@ -564,7 +585,9 @@ class Curator:
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
         # the cells cover the whole domain (queries.histogram): the request covers `base`
-        covs = requests.histogram_bins(attr, bins, self.limits.max_cells)
+        covs = requests.histogram_bins(
+            attr, bins, self.limits.max_cells, f"max_cells = {self.limits.max_cells}"
+        )
         request = f"histogram({attr.name})"
         if bins is not None:  # the edges as charged: clamped to the domain
             ends = [c[0] for c in covs if c[0][0] < attr.value_count]
@@ -572,8 +595,7 @@ class Curator:
             request = f"histogram({attr.name}, bins={edges})"
         if where is not None:
             request += f" where {base.text}"
-        cells = tuple(_and(base, {attr.name: c}) for c in covs)
-        labels = tuple(Query.from_coverages(schema, {attr.name: c}).to_text() for c in covs)
+        cells, labels = _cells(base, ({attr.name: c} for c in covs))
         return Prepared(t, base, cells, labels, "histogram", request, cost, 1)
 
     def _prepare_marginal(
@@ -602,16 +624,20 @@ class Curator:
         attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
         if n > self.limits.max_cells:
-            raise TooLarge(f"a marginal of {n} cells exceeds {self.limits.max_cells}")
-        cells, labels = [], []
-        for combo in itertools.product(*(range(a.size) for a in attrs)):
-            cell = {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
-            cells.append(_and(base, cell))
-            labels.append(Query.from_coverages(schema, cell).to_text())
+            raise TooLarge(
+                f"a marginal of {n} cells exceeds the limit max_cells = {self.limits.max_cells}"
+            )
+        cells, labels = _cells(
+            base,
+            (
+                {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
+                for combo in itertools.product(*(range(a.size) for a in attrs))
+            ),
+        )
         request = f"marginal({', '.join(names)})" + (
             f" where {base.text}" if where is not None else ""
         )
-        return Prepared(t, base, tuple(cells), tuple(labels), "marginal", request, cost, 1)
+        return Prepared(t, base, cells, labels, "marginal", request, cost, 1)
 
     def _prepare_sum(
         self,
@@ -782,8 +808,15 @@ class Curator:
         schema = self._schema(t)
         if not isinstance(kind, str) or not kind.isidentifier():
             raise InvalidParameter(f"kind must be a short identifier, got {kind!r}")
-        raw_queries = requests.bounded_list(queries, self.limits.max_queries, "queries")
-        raw_costs = requests.bounded_list(costs, self.limits.max_queries, "costs")
+        raw_queries = requests.bounded_list(
+            queries, self.limits.max_queries, "queries", "max_queries"
+        )
+        raw_costs = requests.bounded_list(costs, self.limits.max_queries, "costs", "max_queries")
+        if len(raw_queries) > self.limits.max_charges:
+            raise TooLarge(
+                f"a batch of {len(raw_queries)} queries would write as many ledger rows, over "
+                f"the limit max_charges = {self.limits.max_charges}"
+            )
         if len(raw_costs) != len(raw_queries):
             raise InvalidParameter(f"got {len(raw_costs)} costs for {len(raw_queries)} queries")
         if not raw_queries:
@@ -848,9 +881,16 @@ class Curator:
         table: str | None = None,
         time_limit: float = 30.0,
         objective: str = "per-table",
+        strategy: str = "auto",
         _analyst: str | None = None,
-    ) -> tuple[Plan, list[Answer]]:
+    ) -> tuple[Plan, list[Answer] | list[DerivedAnswer]]:
         """Plan a whole workload and release it, all or nothing.
+
+        ``strategy`` (see :func:`dpcurator.planner.make_plan`): ``direct`` measures the
+        asked queries and returns their noisy counts (:class:`Answer`); ``marginals``,
+        ``identity`` and ``tree`` measure tables, charged like histograms in one
+        transaction, and return every asked query's least-squares estimate
+        (:class:`DerivedAnswer`); ``auto`` (the default) picks the least expected error.
 
         ``workload``: workload text (queries, ``histogram(...)``, ``marginal(...)``, one
         per line; never read as a file name) or a parsed :class:`Workload`. The cost,
@@ -874,7 +914,7 @@ class Curator:
         if len(wl) == 0:
             raise InvalidParameter("the workload has no queries")
         if len(wl) > limit:
-            raise TooLarge(f"a workload of {len(wl)} queries exceeds {limit}")
+            raise TooLarge(f"a workload of {len(wl)} queries exceeds the limit max_queries = {limit}")
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")
@@ -900,6 +940,11 @@ class Curator:
             if left.value > 0
             else Fraction(0),
         )
+        if self._k != 1 and strategy not in ("auto", "direct"):
+            raise InvalidParameter(
+                "strategies other than direct are planned for one row per person; this "
+                "curator has a privacy unit of several rows"
+            )
         plan = make_plan(
             wl.queries,
             wl.weights,
@@ -908,11 +953,95 @@ class Curator:
             available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
             time_limit=time_limit,
             objective=objective,
+            strategy="direct" if self._k != 1 and strategy == "auto" else strategy,
         )
+        if plan.strategy is not None:
+            return plan, self._release_strategy(plan, t, _analyst)
         answers = self.release(
             list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
         )
         return plan, answers
+
+    def _release_strategy(self, plan: Plan, t: str, analyst: str | None) -> list[DerivedAnswer]:
+        """Charge every measured table of ``plan``'s strategy in one transaction (each
+        partitions the domain: one charge covering every point, like a histogram), count
+        and noise their cells, and derive every asked answer by least squares."""
+        from statistics import NormalDist
+
+        sp = plan.strategy
+        assert sp is not None
+        self._quota(analyst)
+        schema = self._schema(t)
+        cur = self.budget.currency
+        everywhere = Query(schema, (), "total")
+        batch, noises, cells = [], [], []
+        for m in sp.measurements:  # every noise and limit before the charge
+            cost = self.budget.cost(**{cur: m.value})
+            noise, _ = self._noise(cost, 1)
+            if noise != m.noise:  # the planned variances assume exactly this noise
+                raise InvalidParameter(f"internal error: {m.label}: noise differs from the plan")
+            qs = [Query.from_coverages(schema, c) for c in m.cells]
+            batch.append(Request(everywhere, cost.amount, "strategy", m.label, str(noise)))
+            noises.append(noise)
+            cells.append(qs)
+        if len(batch) > self.limits.max_charges:
+            raise TooLarge(
+                f"the strategy measures {len(batch)} tables, over the limit max_charges = "
+                f"{self.limits.max_charges}"
+            )
+        for m, qs in zip(sp.measurements, cells, strict=True):
+            if len(qs) > self.limits.max_cells:
+                raise TooLarge(
+                    f"the strategy's table {m.label} has {len(qs)} cells, over the limit "
+                    f"max_cells = {self.limits.max_cells}"
+                )
+        flat = [q for qs in cells for q in qs]
+        estimates: list[float] = []
+
+        def answers() -> list[object]:
+            # counted, noised and reconstructed once admitted; released once committed
+            truth = np.asarray(self._backends[t].counts(flat), np.int64)
+            noisy, start = [], 0
+            for qs, noise in zip(cells, noises, strict=True):
+                drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
+                noisy.append(truth[start : start + len(qs)] + drawn)
+                start += len(qs)
+            estimates.extend(float(v) for v in sp.reconstruct(noisy))
+            texts = [q.text or "total" for q in plan.queries]
+            records: list[object] = []
+            for i, (qs, y) in enumerate(zip(cells, noisy, strict=True)):
+                rec: dict[str, object] = {
+                    "strategy": sp.name,
+                    # i-th of n charges written consecutively in one transaction: the
+                    # release's charges are ids (this one - i) .. (this one - i + n - 1)
+                    "part": [i, len(cells)],
+                    "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
+                }
+                if i == 0:  # the asked answers, derived from every charge of the release
+                    rec["derived"] = dict(zip(texts, estimates, strict=True))
+                records.append(rec)
+            return records
+
+        charged = self._charge(t, batch, analyst, answers)
+        ids = tuple(cid for cid, _ in charged)
+        texts = [q.text or "total" for q in plan.queries]
+        # The release's charges cover every point: what is left after it is reported at
+        # the worst point of the table (on any query's points, at least this is left).
+        left = self._quick_remaining([everywhere], t, analyst)[0].value
+        z = NormalDist().inv_cdf(0.975)
+        return [
+            DerivedAnswer(
+                tx,
+                float(v),
+                float(var),
+                z * math.sqrt(max(float(var), 0.0)),
+                sp.name,
+                cur,
+                left,
+                ids,
+            )
+            for tx, v, var in zip(texts, estimates, sp.variances, strict=True)
+        ]
 
     # --- budget and history ------------------------------------------------------------
 
@@ -1099,7 +1228,9 @@ class AnalystSession:
     def estimate(self, kind: str, **args: Any) -> Estimate:
         return self._c.estimate(kind, _analyst=self.name, **args)
 
-    def release_workload(self, workload: str | Workload, **kw: Any) -> tuple[Plan, list[Answer]]:
+    def release_workload(
+        self, workload: str | Workload, **kw: Any
+    ) -> tuple[Plan, list[Answer] | list[DerivedAnswer]]:
         return self._c.release_workload(workload, _analyst=self.name, **kw)
 
     def remaining(self, query: str | Query | None = None, **kw: Any) -> float:

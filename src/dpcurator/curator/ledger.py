@@ -144,6 +144,10 @@ class BackupReport:
 # --- hashing ---------------------------------------------------------------------------
 
 
+def _by_key(entries: dict[str, _Entry]) -> dict[str, tuple[str, _Entry]]:
+    return {e.token_key: (n, e) for n, e in entries.items() if e.token_key}
+
+
 def _digest(*parts: bytes) -> bytes:
     h = hashlib.sha256()
     for p in parts:
@@ -257,6 +261,7 @@ class Ledger:
         self.durable = not (path is None or str(path) == ":memory:")
         self.path = str(path) if self.durable else ":memory:"
         self._closed = False
+        self._inode: tuple[int, int] | None = None
         self._at_head = False  # inside a write transaction, once the chain's tail is checked
         self._opened: list[ChargeRow] | None = None
         self._identity = "{}"
@@ -264,6 +269,10 @@ class Ledger:
         self._head: tuple[int, bytes] = (0, b"")
         self._analysts: dict[str, _Entry] = {}
         self._analysts_head: tuple[int, bytes] = (0, b"")
+        # authentication's own connection and verified view (see authenticate)
+        self._auth_lock = threading.Lock()
+        self._auth_db: sqlite3.Connection | None = None
+        self._auth_view: tuple[tuple[int, bytes], dict[str, _Entry], dict] = ((0, b""), {}, {})
         want = None if identity is None else json.dumps(identity, sort_keys=True)
         try:
             if not self.durable:
@@ -278,6 +287,7 @@ class Ledger:
                     _create(p, want)
                 _probe(p)
                 self._db = _connect(self.path)
+                self._inode = _inode(p)
             try:
                 self._open(want)
             except BaseException:
@@ -383,8 +393,8 @@ class Ledger:
             raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
         return self._head[0]
 
-    def _meta_head(self, key: str) -> tuple[int, str]:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    def _meta_head(self, key: str, db: sqlite3.Connection | None = None) -> tuple[int, str]:
+        row = (db or self._db).execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         try:
             n, h = row[0].split(" ")
             return int(n), h
@@ -517,12 +527,25 @@ class Ledger:
 
     def _read_analysts(self) -> None:
         """Bring the verified analysts up to the head of their chain. Call inside a snapshot."""
-        head_n, head_h = self._meta_head("analysts_head")
-        n, prev = self._analysts_head
+        got = self._analysts_after(self._db, self._analysts_head, self._analysts)
+        if got is not None:
+            self._analysts, self._analysts_head = got
+
+    def _analysts_after(
+        self,
+        db: sqlite3.Connection,
+        have: tuple[int, bytes],
+        entries: dict[str, _Entry],
+    ) -> tuple[dict[str, _Entry], tuple[int, bytes]] | None:
+        """The analysts' entries verified from ``have`` (a chain position and the entries
+        in force there) up to the head ``db`` records, or None when nothing changed.
+        Call inside a snapshot of ``db``."""
+        head_n, head_h = self._meta_head("analysts_head", db)
+        n, prev = have
         if (head_n, head_h) == (n, prev.hex()):
-            return
-        entries = dict(self._analysts)
-        rows = self._db.execute(
+            return None
+        entries = dict(entries)
+        rows = db.execute(
             "SELECT seq, created, name, quota, admin, token_key, token_hash, hash FROM analysts "
             "WHERE seq > ? ORDER BY seq",
             (n,),
@@ -552,33 +575,53 @@ class Ledger:
             raise self._broken(
                 f"analyst entries were removed or added (the ledger records {head_n}, found {n})"
             )
-        self._analysts = entries
-        self._analysts_head = (n, prev)
+        return entries, (n, prev)
 
     # --- transactions -------------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: the write lock is held for the whole block."""
+        """BEGIN IMMEDIATE ... COMMIT: the write lock is held for the whole block.
+
+        Any failure of the storage (a file made read-only, deleted or full, a disk
+        error) is a :class:`LedgerError` and leaves nothing committed."""
         with self._lock:
             saved = (self._head, self._analysts, self._analysts_head)
-            self._db.execute("BEGIN IMMEDIATE")
+            if self.durable and _inode(Path(self.path)) != self._inode:
+                # a charge written now would go to a file no one will open again
+                raise LedgerError(
+                    f"ledger {self.path}: the file was removed or replaced while open; "
+                    "restore it from a backup and restart"
+                )
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as err:
+                raise self._unusable(err) from None
             try:
                 yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            except BaseException as err:
+                self._rollback()
                 self._head, self._analysts, self._analysts_head = saved
+                if isinstance(err, sqlite3.Error):
+                    raise self._unusable(err) from None
                 raise
             else:
                 try:
                     self._db.execute("COMMIT")
-                except BaseException:
-                    if self._db.in_transaction:
-                        self._db.execute("ROLLBACK")
+                except sqlite3.Error as err:
+                    self._rollback()
                     self._head, self._analysts, self._analysts_head = saved
-                    raise
+                    raise self._unusable(err) from None
             finally:
                 self._at_head = False
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+
+    def _unusable(self, err: sqlite3.Error) -> LedgerError:
+        return LedgerError(f"ledger {self.path}: cannot be written: {err}")
 
     @contextmanager
     def _write(self) -> Iterator[None]:
@@ -778,18 +821,54 @@ class Ledger:
             ]
 
     def authenticate(self, token: object) -> Principal | None:
-        """Who holds ``token``, or None (unknown, malformed or revoked). Reads the latest
-        entries first, so a revocation by another process applies at once."""
+        """Who holds ``token``, or None (unknown, malformed or revoked).
+
+        Never waits for the write lock: tokens are looked up in a verified view of the
+        analysts' chain, brought up to the head on a read-only connection of its own
+        before each lookup (one small read), so a revocation committed by any process
+        applies to every request that starts after its commit. While another process is
+        committing (the file is locked for that instant), the view as it was is used."""
         parts = split_token(token)
         key, secret = parts if parts is not None else ("", "")
-        with self._lock:
-            self._refresh_analysts()
-            found = [(n, e) for n, e in self._analysts.items() if e.token_key == key and key]
-        name, entry = found[0] if found else (None, None)
+        found = self._tokens().get(key) if key else None
+        name, entry = found if found is not None else (None, None)
         stored = entry.token_hash if entry is not None and entry.token_hash else "0" * 64
         if not matches(secret, stored) or entry is None or name is None:
             return None
         return Principal(name, entry.admin)
+
+    def _tokens(self) -> dict[str, tuple[str, _Entry]]:
+        """token key -> (analyst, entry), for the tokens in force (see authenticate)."""
+        if not self.durable:  # in memory: this object is the only writer
+            with self._lock:
+                self._refresh_analysts()
+                return _by_key(self._analysts)
+        with self._auth_lock:
+            if self._closed:
+                raise LedgerError(f"ledger {self.path}: closed")
+            head, entries, by_key = self._auth_view
+            if not head[1]:
+                head = (0, _analysts_genesis(self._genesis))
+            try:
+                if self._auth_db is None:
+                    self._auth_db = _connect(self.path, busy_ms=0)
+                db = self._auth_db
+                db.execute("BEGIN")
+                try:
+                    got = self._analysts_after(db, head, entries)
+                finally:
+                    db.execute("COMMIT")
+            except sqlite3.OperationalError as err:
+                if "locked" in str(err) or "busy" in str(err):
+                    return by_key  # a commit in progress: not in force yet
+                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+            except sqlite3.DatabaseError as err:
+                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+            if got is not None:
+                entries, head = got
+                by_key = _by_key(entries)
+                self._auth_view = (head, entries, by_key)
+            return by_key
 
     def _check_charges_tail(self) -> None:
         """Before extending the chain, verify its last charge again, in full."""
@@ -970,13 +1049,15 @@ class Ledger:
         the way out the connection switches to DELETE mode, which removes it once SQLite
         holds the write lock (never while another connection writes through it), so no
         empty ``-journal`` file is left beside the ledger."""
-        with self._lock:
+        with self._lock, self._auth_lock:
             if not self._closed:
                 self._closed = True
                 if self.durable:
                     with contextlib.suppress(sqlite3.Error):
                         self._db.execute("PRAGMA journal_mode=DELETE")
                 self._db.close()
+                if self._auth_db is not None:
+                    self._auth_db.close()
 
 
 def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
@@ -994,13 +1075,27 @@ def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False
 # --- files --------------------------------------------------------------------------------
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    """A connection to an existing file (SQLite never creates one here), or to memory."""
+def _inode(path: Path) -> tuple[int, int] | None:
+    """The file's identity (device, inode), None if it is gone."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _connect(path: str, busy_ms: int = 60_000) -> sqlite3.Connection:
+    """A connection to an existing file (SQLite never creates one here), or to memory;
+    it waits up to ``busy_ms`` for another connection's lock."""
     uri = ":memory:" if path == ":memory:" else Path(path).absolute().as_uri() + "?mode=rw"
     db = sqlite3.connect(
-        uri, timeout=60.0, isolation_level=None, check_same_thread=False, uri=uri != ":memory:"
+        uri,
+        timeout=busy_ms / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+        uri=uri != ":memory:",
     )
-    db.execute("PRAGMA busy_timeout=60000")
+    db.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     db.execute("PRAGMA trusted_schema=OFF")
     return db
 

@@ -608,6 +608,8 @@ class OverlapFilter:
         if here + there + cost > self.budget:
             if deadline is None:
                 return None
+            if time.monotonic() >= deadline:  # no time left for the exact check
+                return Decision(False, here + there, self.budget, here + cost, "budget", False)
             others = self.elsewhere(table, deadline=deadline)
             room = self.budget - cost - others.value  # what the covered points may have lost
             local = self.local(table, query, deadline=deadline, at_most=room)
@@ -621,6 +623,8 @@ class OverlapFilter:
         if analyst is not None and quota is not None and mine + cost > quota:
             if deadline is None:
                 return None
+            if time.monotonic() >= deadline:
+                return Decision(False, mine, quota, level, "quota", False, mine)
             own_there = self.elsewhere(table, analyst, deadline=deadline)
             room = quota - cost - own_there.value
             own = self.local(table, query, analyst, deadline=deadline, at_most=room)

@@ -33,15 +33,18 @@ MAX_BATCH = 1_000_000
 @dataclass(frozen=True)
 class RequestLimits:
     """How much work one request may ask for: the cells of one histogram or marginal,
-    and the queries of one batch or workload (macros counted as they would expand,
-    before anything is built). A server sets them lower than a custodian's own session,
-    so that a request of a few bytes cannot keep it busy for minutes."""
+    the queries of one batch or workload (macros counted as they would expand, before
+    anything is built), and the ledger rows (charges) one request may write. A server
+    sets them lower than a custodian's own session, so that a request of a few bytes
+    cannot keep it busy for minutes. A request over a limit is refused with
+    :class:`~dpcurator.errors.TooLarge` naming the limit, before anything is charged."""
 
     max_cells: int = MAX_CELLS
     max_queries: int = MAX_BATCH
+    max_charges: int = MAX_BATCH
 
     def __post_init__(self) -> None:
-        for name in ("max_cells", "max_queries"):
+        for name in ("max_cells", "max_queries", "max_charges"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**8:
                 raise InvalidParameter(f"{name} must be an integer in [1, 10^8], got {v!r}")
@@ -120,14 +123,14 @@ def attribute_name(name: object, schema: Schema, what: str = "attribute") -> str
     return name
 
 
-def bounded_list(items: object, limit: int, what: str) -> list[Any]:
+def bounded_list(items: object, limit: int, what: str, limit_name: str = "") -> list[Any]:
     """A list from any iterable (generators included), refusing more than ``limit`` items
     without consuming more than ``limit + 1`` of them."""
     if isinstance(items, str | bytes) or not isinstance(items, Iterable):
         raise InvalidParameter(f"{what} must be a list, got {type(items).__name__}")
     out = list(itertools.islice(items, limit + 1))
     if len(out) > limit:
-        raise TooLarge(f"{what} has more than {limit} items")
+        raise TooLarge(f"{what} has more than {limit} items (the limit {limit_name or what})")
     return out
 
 
@@ -147,10 +150,13 @@ def integer(value: object, name: str) -> int:
     return as_int
 
 
-def histogram_bins(attr: Any, bins: object, max_cells: int = MAX_CELLS) -> list[IntervalSet]:
+def histogram_bins(
+    attr: Any, bins: object, max_cells: int = MAX_CELLS, limit: str | None = None
+) -> list[IntervalSet]:
     """The cells of a histogram of ``attr`` (``bins`` None: one per value), each as its
     coverage on ``attr``: the one rule of :mod:`dpcurator.queries.histogram`, once the
-    edges are checked to be integers (no more than ``max_cells`` of them are read)."""
+    edges are checked to be integers (no more than ``max_cells`` of them are read).
+    ``limit`` names the limit in the refusal (``max_cells = N``)."""
     edges = None
     if bins is not None:
         raw = bounded_list(bins, max_cells + 1, "bins")
@@ -158,7 +164,7 @@ def histogram_bins(attr: Any, bins: object, max_cells: int = MAX_CELLS) -> list[
     n = cell_count(attr, edges)
     if n > max_cells:
         give = ": give bins=" if bins is None and attr.type == "integer" else ""
-        raise TooLarge(f"a histogram of {n} cells exceeds {max_cells}{give}")
+        raise TooLarge(f"a histogram of {n} cells exceeds the limit {limit or max_cells}{give}")
     return histogram_cells(attr, edges)
 
 

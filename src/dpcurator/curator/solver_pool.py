@@ -72,7 +72,7 @@ class SolverPool:
                         "solver; nothing was charged"
                     )
                 held.append(sem)
-            future: Future[T] = self._executor.submit(_under, deadline, work)
+            future: Future[T] = self._executor.submit(_under, deadline, deadlines.stopper(), work)
         except BaseException:
             for sem in held:
                 sem.release()
@@ -92,6 +92,6 @@ def _timeout(seconds: float) -> float | None:
     return None if seconds == float("inf") else seconds
 
 
-def _under(deadline: Deadline, work: Callable[[], T]) -> T:
-    with deadlines.within(deadline):
+def _under(deadline: Deadline, stop: threading.Event | None, work: Callable[[], T]) -> T:
+    with deadlines.within(deadline, stop):
         return work()

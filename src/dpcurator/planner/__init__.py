@@ -15,7 +15,13 @@ from dpcurator.planner.allocation import (
     uniform,
 )
 from dpcurator.planner.budget import PlanBudget, round_down
-from dpcurator.planner.comparison import Errors, allocation_errors, compare_objectives
+from dpcurator.planner.comparison import (
+    Errors,
+    allocation_errors,
+    compare_objectives,
+    objective_values,
+    strategy_errors,
+)
 from dpcurator.planner.consistency import consistent
 from dpcurator.planner.plan import (
     OBJECTIVES,
@@ -41,9 +47,11 @@ __all__ = [
     "groups_of",
     "laplace_alternative",
     "make_plan",
+    "objective_values",
     "objective_weights",
     "optimal",
     "round_down",
     "sequential",
+    "strategy_errors",
     "uniform",
 ]

@@ -39,7 +39,7 @@ from scipy.optimize import minimize
 
 from dpcurator.errors import InvalidParameter
 from dpcurator.planner.budget import PlanBudget
-from dpcurator.queries import Query, max_overlap
+from dpcurator.queries import OverlapResult, Query, max_overlap
 
 try:  # L-BFGS-B's small dense BLAS calls are ~300x slower with threaded BLAS
     from threadpoolctl import threadpool_limits as _limits
@@ -105,9 +105,16 @@ def uniform(
     budget: PlanBudget,
     *,
     time_limit: float | None = None,
+    unweighted: OverlapResult | None = None,
 ) -> Allocation:
+    """``unweighted``: the queries' maximum overlap with unit weights, if known (equal
+    weights w then give gamma_w = w gamma, no second solve)."""
     w = np.asarray(weights, float)
-    res, gam = _gamma(queries, w, time_limit)
+    if unweighted is not None and len(w) and np.all(w == w[0]):
+        res = unweighted
+        gam = float(w[0]) * float(res.value if res.exact else res.upper_bound)
+    else:
+        res, gam = _gamma(queries, w, time_limit)
     if gam <= 0:  # nothing overlaps anything (all queries empty): any cost is free
         costs = np.full(len(w), budget.amount * (1 - SAFETY))
         return Allocation("uniform", costs, 0.0, True, 0, None, _objective(costs, w, budget))
@@ -277,6 +284,48 @@ def optimal(
         best_obj,
         tuple(notes),
     )
+
+
+def single_constraint(
+    queries: Sequence[Query],
+    weights: Sequence[float],
+    budget: PlanBudget,
+    *,
+    time_limit: float | None = None,
+    unweighted: OverlapResult | None = None,
+) -> Allocation | None:
+    """The optimal allocation in closed form when one point constraint decides it, else
+    None (then :func:`optimal` solves the program).
+
+    If some point is covered by exactly one query of every group (the maximum overlap's
+    witness holds one query of each), sum_g c_g <= B is one of the program's
+    constraints, and minimising sum_g K_g c_g^-p under it alone gives c_g proportional
+    to K_g^(1/(p+1)) (Lagrange): a lower bound on the program. When the overlap solver
+    certifies that these costs load no point above B, they are feasible, hence optimal
+    (gap 0). Workloads whose every line partitions the domain (marginal tables and
+    histograms) are such, whatever their number of cells."""
+    qs = list(queries)
+    w = np.asarray(weights, float)
+    if not qs or any(q.is_empty for q in qs):
+        return None
+    g = groups_of(qs)
+    n_groups = int(g.max()) + 1
+    res0 = max_overlap(qs, time_limit=time_limit) if unweighted is None else unweighted
+    wit = sorted(int(g[i]) for i in res0.witness_queries)
+    if not res0.exact or wit != list(range(n_groups)):
+        return None
+    p, a = budget.exponent, budget.coefficient
+    big_b = budget.amount * (1 - SAFETY)
+    k = np.zeros(n_groups)
+    np.add.at(k, g, w * a)
+    share = k ** (1.0 / (p + 1))
+    c_g = big_b * share / share.sum()
+    costs = c_g[g]
+    res = max_overlap(qs, weights=list(map(float, costs)), time_limit=time_limit)
+    if not res.exact or float(res.value) > big_b * (1 + 1e-12):
+        return None
+    obj = _objective(costs, w, budget)
+    return Allocation("optimal", costs, float(res.value), True, 0, obj, obj)
 
 
 def allocate(

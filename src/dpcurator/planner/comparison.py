@@ -16,7 +16,14 @@ import numpy as np
 from dpcurator.errors import InvalidParameter
 from dpcurator.planner.allocation import Allocation, allocate
 from dpcurator.planner.budget import PlanBudget
-from dpcurator.planner.plan import OBJECTIVES, Plan, _noises, _optimal_for, _values
+from dpcurator.planner.plan import (
+    OBJECTIVES,
+    Plan,
+    _noises,
+    _optimal_for,
+    _values,
+    objective_weights,
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,11 @@ class Errors:
 
     @property
     def label(self) -> str:
-        return self.allocation if self.objective is None else f"optimal ({self.objective})"
+        if self.objective is None:
+            return self.allocation
+        if self.allocation in ("sequential", "uniform", "optimal"):
+            return f"optimal ({self.objective})"
+        return f"{self.allocation} ({self.objective})"  # a strategy's least-squares answers
 
     @property
     def total(self) -> float:
@@ -50,11 +61,6 @@ class Errors:
         """The mean over workload lines of a line's mean expected squared error."""
         n = np.bincount(self.groups)
         return float(np.mean(np.bincount(self.groups, weights=self.variances) / n))
-
-    def measure(self, objective: str) -> float:
-        """What ``objective`` minimises, for these errors: :attr:`total`,
-        :attr:`per_table` or :attr:`worst` (squared errors)."""
-        return {"total": self.total, "per-table": self.per_table, "max": self.worst}[objective]
 
     def line(self, line: int) -> float:
         """The mean expected squared error of the answers of workload line ``line``."""
@@ -108,6 +114,18 @@ def allocation_errors(plan: Plan) -> dict[str, Errors]:
     }
 
 
+def objective_values(plan: Plan) -> dict[str, float]:
+    """The plan's objective under each allocation it computed: the figure its optimal
+    allocation minimised, as the strategies report theirs (the objective's weights times
+    the variances; ``max``: the largest variance), so that one figure reads the same
+    wherever it is shown."""
+    omega = objective_weights(plan.queries, plan.weights, plan.objective)
+    return {
+        name: e.worst if omega is None else float(omega @ e.variances)
+        for name, e in allocation_errors(plan).items()
+    }
+
+
 def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
     """The expected errors of ``plan``'s queries under the sequential and uniform
     allocations and the optimal one for each objective (in :data:`OBJECTIVES` order),
@@ -133,3 +151,24 @@ def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
             a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit)
         out.append(_errors(a, o, budget, groups, lines))
     return out
+
+
+def strategy_errors(plan: Plan) -> list[Errors]:
+    """The chosen strategy's answers' expected errors, as :class:`Errors` (allocation:
+    the strategy's name; objective: the plan's), or [] when the strategy is direct."""
+    from dpcurator.planner.allocation import groups_of
+
+    if plan.strategy is None:
+        return []
+    lines = tuple(q.line for q in plan.queries)
+    return [
+        Errors(
+            plan.strategy.name,
+            plan.objective,
+            plan.strategy.variances.copy(),
+            groups_of(plan.queries),
+            lines,
+            None,
+        )
+    ]
+

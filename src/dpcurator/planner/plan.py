@@ -7,6 +7,7 @@ noise) is :meth:`dpcurator.curator.Curator.release`.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -17,6 +18,14 @@ import numpy as np
 from dpcurator.errors import InvalidParameter
 from dpcurator.planner.allocation import ALLOCATIONS, Allocation, allocate
 from dpcurator.planner.budget import PlanBudget
+from dpcurator.planner.strategies import (
+    STRATEGIES,
+    Candidate,
+    StrategyPlan,
+    direct_lower_bound,
+    evaluate,
+    figures,
+)
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import Query, max_overlap
@@ -97,6 +106,27 @@ class Plan:
     objective: str = "per-table"  # what the optimal allocation minimised
     #: every allocation computed (sequential, uniform, and optimal when computed)
     allocations: dict[str, Allocation] = field(default_factory=dict)
+    #: the chosen strategy when it is not ``direct`` (None: the asked queries are
+    #: measured at ``values``), and every candidate's figures
+    strategy: StrategyPlan | None = None
+    candidates: tuple[Candidate, ...] = ()
+
+    @property
+    def strategy_name(self) -> str:
+        return "direct" if self.strategy is None else self.strategy.name
+
+    def answer_variances(self) -> np.ndarray:
+        """The exact variance of every released answer (the noisy count's for direct,
+        the least-squares estimate's for another strategy)."""
+        if self.strategy is not None:
+            return self.strategy.variances.copy()
+        cache: dict[int, float] = {}
+        return np.array(
+            [
+                cache.setdefault(id(n), n.variance()) if id(n) not in cache else cache[id(n)]
+                for n in self.noises
+            ]
+        )
 
     @property
     def utility_gain(self) -> float:
@@ -334,14 +364,21 @@ def _optimal_for(
     budget: PlanBudget,
     start: Allocation,
     time_limit: float,
+    unweighted: Any = None,
 ) -> Allocation:
-    """The optimal allocation for ``objective`` (``start``: the uniform allocation)."""
-    from dpcurator.planner.allocation import optimal, uniform
+    """The optimal allocation for ``objective`` (``start``: the uniform allocation;
+    ``unweighted``: the queries' maximum overlap, if known)."""
+    from dpcurator.planner.allocation import optimal, single_constraint, uniform
 
     wa = objective_weights(qs, w, objective)
     if wa is None:  # max: the equal split (see make_plan)
-        fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit)
+        if start.name == "uniform" and len(set(w)) == 1:
+            return replace(start, name="optimal")  # the same split, already certified
+        fair = uniform(qs, np.ones(len(qs)), budget, time_limit=time_limit, unweighted=unweighted)
         return replace(fair, name="optimal")
+    closed = single_constraint(qs, wa, budget, time_limit=time_limit, unweighted=unweighted)
+    if closed is not None:
+        return closed
     return optimal(qs, wa, budget, time_limit=time_limit, start=start)
 
 
@@ -355,8 +392,17 @@ def make_plan(
     time_limit: float = 30.0,
     compare: bool = True,
     objective: str = "per-table",
+    strategy: str = "auto",
 ) -> Plan:
     """Plan a release of ``queries`` under ``guarantee``.
+
+    ``strategy`` is what to measure (:mod:`dpcurator.planner.strategies`): ``direct``
+    (the asked queries, split by ``allocation``), ``marginals``, ``identity`` or
+    ``tree`` (measured tables, every answer their least-squares estimate), or ``auto``
+    (the default): the candidate with the least expected error for ``objective``,
+    ``direct`` included, so the choice is never worse than it. The sequential and
+    uniform allocations are splits of the direct measurement: with them the strategy is
+    ``direct``. Every candidate's figures are in ``Plan.candidates``.
 
     ``objective`` is what the ``optimal`` allocation minimises: ``per-table`` (the
     default: each workload line weighs the same, whatever its number of cells — the sum
@@ -380,6 +426,15 @@ def make_plan(
         raise InvalidParameter(
             f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}"
         )
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise InvalidParameter(
+            f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
+        )
+    if allocation != "optimal" and strategy not in ("auto", "direct"):
+        raise InvalidParameter(
+            f"the {allocation} allocation splits the direct measurement; it does not "
+            f"apply to strategy {strategy!r}"
+        )
     qs = tuple(queries)
     if not qs:
         raise InvalidParameter("the workload has no queries")
@@ -402,12 +457,53 @@ def make_plan(
         )
         budget = budget.with_amount(available)
     g0 = max_overlap(qs, time_limit=time_limit)
+    from dpcurator.planner.allocation import groups_of, uniform
+
+    groups = groups_of(qs)
+    omega = objective_weights(qs, w, objective)
+    # Structured candidates first (fast): their figures may make the direct split's
+    # solve pointless, its lower bound being already worse.
+    cands: list[Candidate] = []
+    plans: dict[str, StrategyPlan] = {}
+    names = (
+        [strategy]
+        if strategy not in ("auto", "direct")
+        else (
+            ["marginals", "identity", "tree"]
+            if strategy == "auto" and allocation == "optimal"
+            else []
+        )
+    )
+    for name in names:
+        cand, sp = evaluate(name, qs, omega, groups, budget)
+        cands.append(cand)
+        if sp is not None:
+            plans[name] = sp
+        elif strategy == name:
+            raise InvalidParameter(
+                f"strategy {name!r} does not apply to this workload: {cand.note}"
+            )
+    best_structured = min((c.objective for c in cands if c.objective is not None), default=None)
+    t_direct = time.monotonic()
     allocs: dict[str, Allocation] = {}
     allocs["sequential"] = allocate("sequential", qs, w, budget)
-    allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
-    if allocation == "optimal" or compare:
-        allocs["optimal"] = _optimal_for(objective, qs, w, budget, allocs["uniform"], time_limit)
+    allocs["uniform"] = uniform(qs, w, budget, time_limit=time_limit, unweighted=g0)
+    skip_direct = False
+    direct_bound = None
+    if omega is not None and best_structured is not None and strategy != "direct":
+        direct_bound = direct_lower_bound(omega, g0.witness_queries, budget)
+        skip_direct = direct_bound > best_structured
+    if (allocation == "optimal" or compare) and not skip_direct:
+        allocs["optimal"] = _optimal_for(
+            objective, qs, w, budget, allocs["uniform"], time_limit, g0
+        )
         notes.extend(allocs["optimal"].notes)
+    direct_name = allocation if allocation in allocs else "uniform"
+    if skip_direct:
+        notes.append(
+            "the direct split was not optimised: its lower bound "
+            f"{direct_bound:.6g} already exceeds the chosen strategy's {best_structured:.6g}"
+        )
     expected_abs: dict[str, float] = {}
     expected_sq: dict[str, float] = {}
     chosen_values = chosen_noises = None
@@ -415,10 +511,61 @@ def make_plan(
         vals = _values(budget, a.costs)
         ns = _noises(budget, vals)
         expected_abs[name], expected_sq[name] = _totals(ns)
-        if name == allocation:
+        if name == direct_name:
             chosen_values, chosen_noises = vals, ns
     assert chosen_values is not None and chosen_noises is not None
-    fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
+    if strategy in ("auto", "direct"):
+        t0 = t_direct
+        dvar = np.array([n.variance() for n in chosen_noises])
+        obj, total, worst, per_table = figures(dvar, groups, omega)
+        if skip_direct:
+            assert direct_bound is not None
+            cands.insert(
+                0,
+                Candidate(
+                    "direct",
+                    "the asked queries, overlap-optimal split (not solved)",
+                    direct_bound,
+                    None,
+                    None,
+                    None,
+                    time.monotonic() - t0,
+                    bound=True,
+                    note=f"uniform split: {obj:.6g}",
+                ),
+            )
+        else:
+            cands.insert(
+                0,
+                Candidate(
+                    "direct",
+                    f"the asked queries, {direct_name} split",
+                    obj,
+                    total,
+                    worst,
+                    per_table,
+                    time.monotonic() - t0,
+                ),
+            )
+    chosen: StrategyPlan | None = None
+    if strategy not in ("auto", "direct"):
+        chosen = plans[strategy]
+    elif strategy == "auto":
+        direct_obj = None if skip_direct else cands[0].objective
+        best = min(
+            (c for c in cands if c.objective is not None and c.name != "direct"),
+            key=lambda c: c.objective,  # type: ignore[arg-type,return-value]
+            default=None,
+        )
+        if best is not None and (direct_obj is None or best.objective < direct_obj):  # type: ignore[operator]
+            chosen = plans[best.name]
+    if chosen is None:
+        fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
+    else:
+        total_q = Query(qs[0].schema, ())
+        m_values = [m.value for m in chosen.measurements]
+        m_noises = [m.noise for m in chosen.measurements]
+        fin = _guarantee([total_q] * len(m_values), budget, m_values, m_noises, time_limit)
     if not fin.within_budget:  # never: costs are scaled to (1 - 1e-9) and rounded down
         raise InvalidParameter(f"internal error: the plan exceeds its budget ({fin.describe()})")
     alt = None
@@ -431,7 +578,7 @@ def make_plan(
         qs,
         w,
         budget,
-        allocs[allocation],
+        allocs[direct_name],
         chosen_values,
         chosen_noises,
         float(g0.value if g0.exact else g0.upper_bound),
@@ -444,4 +591,6 @@ def make_plan(
         tuple(notes),
         objective,
         allocs,
+        chosen,
+        tuple(cands),
     )

@@ -634,7 +634,9 @@ def parse_workload_text(
 
     def add(qs: Sequence[Query | BooleanQuery], w: float, line: int) -> None:
         if len(queries) + len(qs) > max_queries:
-            raise TooLarge(f"{name}:{line}: workload exceeds {max_queries} queries")
+            raise TooLarge(
+                f"{name}:{line}: workload exceeds {max_queries} queries (the limit max_queries)"
+            )
         queries.extend(qs)
         weights.extend([w] * len(qs))
 

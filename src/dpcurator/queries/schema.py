@@ -21,6 +21,16 @@ from dpcurator.errors import SchemaError
 AttributeType = Literal["integer", "categorical"]
 
 
+def _text(s: str) -> bool:
+    """Whether ``s`` can be written as UTF-8 (no lone surrogates): every name and value
+    ends up in JSON answers, the ledger and the dashboard."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Attribute:
     """One attribute and its public domain.
@@ -53,6 +63,8 @@ class Attribute:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise SchemaError("attribute name must be a non-empty string")
+        if not _text(self.name):
+            raise SchemaError(f"attribute name {self.name!r} is not valid Unicode text")
         if self.type == "integer":
             if isinstance(self.min, bool) or isinstance(self.max, bool):
                 raise SchemaError(f"attribute {self.name!r}: min and max must be integers")
@@ -70,6 +82,10 @@ class Attribute:
             for v in values:
                 if not isinstance(v, str):
                     raise SchemaError(f"attribute {self.name!r}: value {v!r} is not a string")
+                if not _text(v):
+                    raise SchemaError(
+                        f"attribute {self.name!r}: value {v!r} is not valid Unicode text"
+                    )
             index = {v: i for i, v in enumerate(values)}
             if len(index) != len(values):
                 dup = next(v for v in values if values.count(v) > 1)

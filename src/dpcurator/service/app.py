@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dpcurator.curator import AnalystSession, Answer, Curator, TableAnswer
+from dpcurator.curator import AnalystSession, Answer, Curator, DerivedAnswer, TableAnswer
 from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
@@ -32,6 +32,7 @@ log = logging.getLogger("dpcurator.service")
 #: HTTP status of each error reason; any other DpCuratorError is a 400.
 STATUS = {
     "budget_exceeded": 409,
+    "undecided": 503,
     "too_large": 413,
     "unauthorized": 401,
     "forbidden": 403,
@@ -61,10 +62,11 @@ class ServiceError(Exception):
 
 
 def _error(status: int, reason: str, message: str, **headers: str) -> JSONResponse:
+    # A message may quote what the request sent, lone surrogates included: escape them,
+    # so that every error can be written as UTF-8 JSON.
+    text = " ".join(str(message).split()).encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse(
-        {"error": reason, "message": " ".join(str(message).split())},
-        status_code=status,
-        headers=headers or None,
+        {"error": reason, "message": text}, status_code=status, headers=headers or None
     )
 
 
@@ -81,6 +83,20 @@ def _answer(a: Answer) -> m.AnswerOut:
     )
 
 
+def _derived(a: DerivedAnswer) -> m.DerivedAnswerOut:
+    return m.DerivedAnswerOut(
+        query=a.query,
+        value=a.value,
+        variance=a.variance,
+        interval=a.interval,
+        half_width=a.half_width,
+        strategy=a.strategy,
+        currency=a.currency,
+        remaining=a.remaining,
+        charge_ids=list(a.charge_ids),
+    )
+
+
 def _table(t: TableAnswer) -> m.TableAnswerOut:
     return m.TableAnswerOut(
         request=t.request,
@@ -94,9 +110,7 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
 # --- who is asking ------------------------------------------------------------------------
 
 
-def caller(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
+def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The analyst a request comes from: a valid bearer token, within its rate."""
     if authorization is None:
         raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
@@ -166,7 +180,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
 
     @app.exception_handler(DpCuratorError)
     async def _curator_error(_: Request, err: DpCuratorError) -> JSONResponse:
-        return _error(STATUS.get(err.reason, 400), err.reason, str(err))
+        retry = {"Retry-After": "1"} if err.reason == "undecided" else {}
+        return _error(STATUS.get(err.reason, 400), err.reason, str(err), **retry)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -263,10 +278,15 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             mu=body.mu,
             allocation=body.allocation,
             objective=body.objective,
+            strategy=body.strategy,
             table=body.table,
         )
+        direct = plan.strategy is None
         return m.ReleaseOut(
-            answers=[_answer(a) for a in answers],
+            answers=[_answer(a) for a in answers] if direct else [],  # type: ignore[arg-type]
+            derived=[] if direct else [_derived(a) for a in answers],  # type: ignore[arg-type]
+            strategy=plan.strategy_name,
+            strategies=[m.StrategyOut(**c.to_dict()) for c in plan.candidates],
             allocation=plan.allocation.name,
             objective=plan.objective,
             gamma=plan.gamma,
@@ -352,4 +372,3 @@ def _analyst(curator: Curator, record: Any) -> m.AnalystOut:
         admin=record.admin,
         active=record.active,
     )
-

@@ -96,7 +96,9 @@ def _asset(name: str) -> bytes:
 def half_width(noise: str) -> int | None:
     """The 95% half-width of the noise a ledger row names (``DiscreteLaplace(scale=10)``,
     ``DiscreteGaussian(sigma=7/2)``); None if it is not one of those."""
-    m = re.fullmatch(r"Discrete(Laplace|Gaussian)\((?:scale|sigma)=(\d{1,400}(?:/\d{1,400})?)\)", noise)
+    m = re.fullmatch(
+        r"Discrete(Laplace|Gaussian)\((?:scale|sigma)=(\d{1,400}(?:/\d{1,400})?)\)", noise
+    )
     if m is None:
         return None
     try:
@@ -283,8 +285,7 @@ class Dashboard:
             "version": version,
             "tables": {
                 t: [
-                    {"name": a.name, "type": a.type, "size": a.size}
-                    for a in c.schema(t).attributes
+                    {"name": a.name, "type": a.type, "size": a.size} for a in c.schema(t).attributes
                 ]
                 for t in c.tables
             },
@@ -346,7 +347,9 @@ class Dashboard:
         filt = snapshot(self.curator)
         tables = list(self.curator.tables)
         deadline = time.monotonic() + OVERVIEW_TIME_LIMIT
-        out: dict[str | None, tuple[Fraction, bool]] = {None: worst_loss(filt, tables, deadline=deadline)}
+        out: dict[str | None, tuple[Fraction, bool]] = {
+            None: worst_loss(filt, tables, deadline=deadline)
+        }
         names = sorted({c.analyst for t in tables for c in filt.charges(t)} - {None})
         for n in names[:MAX_ANALYSTS]:
             if time.monotonic() > deadline:
@@ -367,6 +370,20 @@ class Dashboard:
             hw = half_width(r.noise)
             cells = []
             answer = r.answer if isinstance(r.answer, dict) else {}
+            # a strategy's table: its noisy cells, the release's charges, and (on the
+            # release's first charge) the asked answers derived from all of them
+            part = answer.get("part") if r.kind == "strategy" else None
+            release = None
+            if (
+                isinstance(part, list)
+                and len(part) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in part)
+                and 0 <= part[0] < part[1] <= 10**6
+            ):
+                release = list(range(r.id - part[0], r.id - part[0] + part[1]))
+            derived = answer.get("derived") if release is not None else None
+            if release is not None:
+                answer = answer.get("cells") if isinstance(answer.get("cells"), dict) else {}
             for label, value in list(answer.items())[:MAX_CELLS_SHOWN]:
                 if isinstance(value, int) and not isinstance(value, bool):
                     cells.append(
@@ -395,6 +412,15 @@ class Dashboard:
                     "cells_total": len(answer),
                 }
             )
+            if release is not None:
+                items[-1]["release"] = release
+                if isinstance(derived, dict):
+                    items[-1]["derived"] = [
+                        {"query": str(q), "value": v}
+                        for q, v in list(derived.items())[:MAX_CELLS_SHOWN]
+                        if isinstance(v, int | float) and not isinstance(v, bool)
+                    ]
+                    items[-1]["derived_total"] = len(derived)
             if cells and hw is not None and len(panels) < PANELS:
                 title = f"#{r.id} {r.request}"
                 if len(answer) > 30:
@@ -445,9 +471,7 @@ class Dashboard:
         )
         grid = self._cached(
             ("remaining", *key, mine, quota),
-            lambda: remaining_grid(
-                c, t, r_axis, c_axis, analyst=mine, filt=filt, everyone=every
-            ),
+            lambda: remaining_grid(c, t, r_axis, c_axis, analyst=mine, filt=filt, everyone=every),
         )
         total = c.budget.display(c.budget.amount)
         svg = self._cached(
@@ -503,7 +527,9 @@ def router(dash: Dashboard) -> APIRouter:
 
     @api.get("/dashboard", include_in_schema=False)
     def page() -> Response:
-        return Response(_asset("dashboard.html"), media_type="text/html; charset=utf-8", headers=_HEADERS)
+        return Response(
+            _asset("dashboard.html"), media_type="text/html; charset=utf-8", headers=_HEADERS
+        )
 
     @api.get("/dashboard/{name}", include_in_schema=False)
     def asset(name: str) -> Response:

@@ -31,7 +31,9 @@ class _Cost(_Body):
 
 
 class CountRequest(_Cost):
-    query: str | None = Field(default=None, description="a predicate, e.g. \"age < 30\"; none: all rows")
+    query: str | None = Field(
+        default=None, description='a predicate, e.g. "age < 30"; none: all rows'
+    )
 
     def args(self) -> dict[str, object]:
         return {"query": self.query, **self.cost_args()}
@@ -43,7 +45,12 @@ class HistogramRequest(_Cost):
     where: str | None = None
 
     def args(self) -> dict[str, object]:
-        return {"attribute": self.attribute, "bins": self.bins, "where": self.where, **self.cost_args()}
+        return {
+            "attribute": self.attribute,
+            "bins": self.bins,
+            "where": self.where,
+            **self.cost_args(),
+        }
 
 
 class MarginalRequest(_Cost):
@@ -82,6 +89,12 @@ class ReleaseRequest(_Cost):
         default="per-table",
         description="what the optimal allocation minimises: the total squared error, "
         "each workload line's mean squared error weighing the same, or the largest error",
+    )
+    strategy: Literal["auto", "direct", "marginals", "identity", "tree"] = Field(
+        default="auto",
+        description="what to measure: the asked queries (direct), marginal tables, or the "
+        "histogram or a tree of ranges of one ordered attribute, answers derived by least "
+        "squares; auto: the least expected error",
     )
     queries: list[str] | None = None
     costs: list[Number] | None = None
@@ -156,8 +169,38 @@ class TableAnswerOut(BaseModel):
     charge_id: int
 
 
+class DerivedAnswerOut(BaseModel):
+    """An asked query's least-squares estimate from a strategy's measured tables."""
+
+    query: str
+    value: float
+    variance: float
+    interval: tuple[float, float]
+    confidence: float = 0.95
+    half_width: float
+    strategy: str
+    currency: str
+    remaining: float
+    charge_ids: list[int]
+
+
+class StrategyOut(BaseModel):
+    strategy: str
+    detail: str
+    objective_value: float | None
+    total_squared_error: float | None
+    worst_answer_squared_error: float | None
+    per_table_squared_error: float | None
+    lower_bound: bool
+    seconds: float
+    note: str
+
+
 class ReleaseOut(BaseModel):
     answers: list[AnswerOut]
+    derived: list[DerivedAnswerOut] = []
+    strategy: str | None = None
+    strategies: list[StrategyOut] = []
     allocation: str | None = None
     objective: str | None = None
     gamma: float | None = None
@@ -181,7 +224,9 @@ class EstimateOut(BaseModel):
 class BudgetOut(BaseModel):
     budget: str
     currency: str
-    remaining: float = Field(description="the smaller of what is left for everyone and of your quota")
+    remaining: float = Field(
+        description="the smaller of what is left for everyone and of your quota"
+    )
     remaining_budget: float
     quota: float | None
     quota_remaining: float | None

@@ -298,6 +298,14 @@ async function loadAnswers() {
     const shown = a.cells.slice(0, 4).map((c) => c.label + ": " + c.value +
       (c.low === null ? "" : " [" + c.low + ", " + c.high + "]"));
     if (a.cells_total > 4) shown.push("… " + (a.cells_total - 4) + " more");
+    if (a.release) {  // a strategy's table: part of a release whose answers are derived
+      shown.push("release of charges #" + a.release.join(", #"));
+      if (a.derived) {
+        const d = a.derived.slice(0, 3).map((x) => x.query + " ≈ " + x.value.toFixed(1));
+        shown.push("derived " + a.derived_total + " answers: " + d.join("; ") +
+          (a.derived_total > 3 ? "; …" : ""));
+      }
+    }
     const answer = a.answered ? shown.join("; ") : "(not recorded)";
     const row = [String(a.charge_id), when(a.created)];
     if (admin) row.push(a.analyst === null ? "—" : a.analyst);
