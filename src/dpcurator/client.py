@@ -13,10 +13,13 @@ so a script moves from one to the other by changing the line that makes the sess
 
 from __future__ import annotations
 
+import email.utils
 import itertools
 import json
+import math
 import os
 import ssl
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -89,12 +92,35 @@ def _table(d: dict[str, Any]) -> TableAnswer:
     )
 
 
+def _retry_after(r: httpx.Response) -> float | None:
+    """The seconds a ``Retry-After`` header asks to wait (a number of seconds or an HTTP
+    date), or None when there is none or it cannot be read."""
+    value = r.headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
 class Client:
     """An analyst's connection to a dpcurator service (``url``, bearer ``token``).
 
     ``verify``: TLS verification: True (the system's certificate authorities), False
     (none), the path of a CA bundle or of the server's own certificate, or an
     :class:`ssl.SSLContext`. Use it as a context manager, or call :meth:`close`.
+
+    ``retry``: a request refused for the token's rate (HTTP 429, which the server sends
+    before the curator sees the request, so nothing was charged) is sent again after the
+    ``Retry-After`` the server gave, as long as the waits of one call add up to at most
+    ``max_wait`` seconds; past that, or with ``retry=False``, it raises
+    :class:`~dpcurator.errors.RateLimited`.
     """
 
     def __init__(
@@ -104,9 +130,22 @@ class Client:
         *,
         timeout: float = 120.0,
         verify: bool | str | os.PathLike[str] | ssl.SSLContext = True,
+        retry: bool = True,
+        max_wait: float = 60.0,
     ) -> None:
         if not isinstance(token, str) or not token:
             raise errors.InvalidParameter("a token is needed (dpcurator analysts add prints one)")
+        if not isinstance(retry, bool):
+            raise errors.InvalidParameter(f"retry must be True or False, got {retry!r}")
+        if (
+            isinstance(max_wait, bool)
+            or not isinstance(max_wait, int | float)
+            or not (math.isfinite(max_wait) and max_wait >= 0)
+        ):
+            raise errors.InvalidParameter(
+                f"max_wait must be a number of seconds >= 0, got {max_wait!r}"
+            )
+        self._retry, self._max_wait = retry, float(max_wait)
         if isinstance(verify, str | os.PathLike):
             path = os.fspath(verify)
             try:
@@ -144,15 +183,14 @@ class Client:
                 raise errors.InvalidParameter(f"cannot send the request as JSON: {err}") from None
             kw["content"] = content.encode()
             kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
-        try:
-            r = self._http.request(method, path, **kw)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as err:
-            raise errors.ServiceUnavailable(f"cannot reach the curator: {err}") from None
-        except httpx.HTTPError as err:  # sent, but no answer came back
-            raise errors.ServiceUnavailable(
-                f"the curator did not answer ({type(err).__name__}: {err}); the request may "
-                "have been charged all the same: see history() before asking again"
-            ) from None
+        waited = 0.0
+        while True:
+            r = self._send(method, path, **kw)
+            wait = _retry_after(r) if r.status_code == 429 and self._retry else None
+            if wait is None or waited + wait > self._max_wait:
+                break
+            time.sleep(wait)  # a 429 was refused before the curator saw it: safe to resend
+            waited += wait
         if r.status_code < 400:
             return r.json()
         try:
@@ -161,6 +199,17 @@ class Client:
         except (ValueError, KeyError, TypeError):
             reason, message = "unavailable", f"HTTP {r.status_code}"
         raise _ERRORS.get(reason, errors.ServiceUnavailable)(message)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kw)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as err:
+            raise errors.ServiceUnavailable(f"cannot reach the curator: {err}") from None
+        except httpx.HTTPError as err:  # sent, but no answer came back
+            raise errors.ServiceUnavailable(
+                f"the curator did not answer ({type(err).__name__}: {err}); the request may "
+                "have been charged all the same: see history() before asking again"
+            ) from None
 
     @staticmethod
     def _body(**fields: Any) -> dict[str, Any]:

@@ -144,15 +144,25 @@ def schemas(draw) -> Schema:
     names = draw(st.lists(st.sampled_from(NAMES), min_size=n, max_size=n, unique=True))
     attrs = []
     for name in names:
+        may_miss = draw(st.integers(0, 2)) == 0  # the schema says it may be missing
         if draw(st.booleans()):
             lo = draw(st.sampled_from([0, -3, 17, 2**62 - 4, -I64, I64 - 12]))
             size = draw(st.integers(1, 10))
-            attrs.append(Attribute(name, "integer", min=lo, max=lo + size - 1))
+            hi = lo + size - 1
+            marker = draw(st.sampled_from([lo - 1, hi + 1, lo, "NA", ""])) if may_miss else None
+            attrs.append(Attribute(name, "integer", min=lo, max=hi, missing=marker))
         else:
             k = draw(st.integers(1, 5))
             vals = draw(st.lists(st.sampled_from(VALUES), min_size=k, max_size=k, unique=True))
+            marker = draw(st.sampled_from(["?", "unknown", vals[0]])) if may_miss else None
             attrs.append(
-                Attribute(name, "categorical", values=tuple(vals), ordered=draw(st.booleans()))
+                Attribute(
+                    name,
+                    "categorical",
+                    values=tuple(vals),
+                    ordered=draw(st.booleans()),
+                    missing=marker,
+                )
             )
     return Schema(tuple(attrs))
 
@@ -185,7 +195,15 @@ def tables(draw):
                     row.append(draw(st.sampled_from(INVALID)))
                 continue
             pos = draw(st.integers(0, attr.size - 1))
-            if attr.type == "integer":
+            if attr.missing is not None and draw(st.integers(0, 4)) == 0:
+                row.append(draw(st.sampled_from(["", " ", "NA", "?", str(attr.missing)])))
+            elif pos == attr.value_count:  # the missing value's own cell, as written
+                value = attr.value(pos)
+                if isinstance(value, int):
+                    row.append(render_int(value, draw(st.integers(0, 3))))
+                else:
+                    row.append(value)
+            elif attr.type == "integer":
                 row.append(render_int(attr.min + pos, draw(st.integers(0, 3))))
             else:
                 row.append(attr.values[pos] if draw(st.integers(0, 5)) else f" {attr.values[pos]} ")
@@ -537,6 +555,39 @@ def test_typed_values_validated_like_duckdb(spark):
         pa.array(["5", "9" * 39], pa.string()),
     ):
         load_both(spark, pa.table({"m": column}), schema)
+
+
+def test_missing_values_load_like_duckdb(spark, tmp_path):
+    """Blank, NULL and missing-token cells of attributes that may be missing: the same
+    missing values, counts, histograms and sums as the DuckDB backend, from every format."""
+    from test_backend_missing import CSV, SCHEMA
+
+    schema = Schema.from_dict(SCHEMA)
+    path = tmp_path / "d.csv"
+    path.write_text(CSV)
+    frame = pd.DataFrame(
+        {
+            "income": [5.0, np.nan, -1.0, 3.0],
+            "work": ["a", None, "b", "?"],
+            "colour": ["x", "y", None, "x"],
+            "score": pd.array([1, 2, None, 4], dtype="Int64"),
+        }
+    )
+    parquet = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pandas(frame), parquet)
+    for data in (path, frame, parquet):
+        duck, spk = load_both(spark, data, schema)
+        try:
+            queries = [parse_query(f"{n} IS NULL", schema) for n in schema.names]
+            queries += [q for n in schema.names for q in histogram(schema, n)]
+            queries += marginal(schema, "colour", "income")
+            assert same_counts(duck, spk, queries)[:4].sum() > 0
+            same_sum(duck, spk, "income", 0, 100)
+            same_sum(duck, spk, "income", 10, 60, parse_query("work IS NULL", schema))
+            same_sum(duck, spk, "score", -5, 5, parse_query("NOT income < 50", schema))
+        finally:
+            duck.close()
+            spk.close()
 
 
 EXTREME = Schema(

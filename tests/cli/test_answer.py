@@ -313,3 +313,61 @@ def test_objective_help_says_per_table_is_the_default(capsys) -> None:
     assert "per-table the sum over workload lines" in text
     assert "starved next to a large one (default)" in text
     assert "(total: a table with many cells weighs more)" in text
+
+
+@pytest.mark.parametrize(
+    "data,schema,workload,extra",
+    [
+        (ROOT / "examples" / "marketing" / "conversions.csv",
+         ROOT / "examples" / "marketing" / "schema.json",
+         ROOT / "examples" / "marketing" / "workload.txt", []),
+        (SAMPLE, SCHEMA, ROOT / "examples" / "adult" / "workload.txt", ["--allocation", "uniform"]),
+    ],
+)
+def test_the_guarantee_and_the_spent_budget_are_one_figure(
+    tmp_path, capsys, data, schema, workload, extra
+) -> None:
+    # exactly 199999/200000 and 999999/1000000 at the worst point: printed 0.999996 and
+    # 1 beside "spent 0.999995" and "spent 0.999999" when the guarantee was a float
+    ledger = tmp_path / "l.db"
+    argv = ["answer", "--data", data, "--schema", schema, "--workload", workload,
+            "--epsilon", 1, "--ledger", ledger, "--out", tmp_path / "a.csv", *extra]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    guarantee = next(ln for ln in out.splitlines() if ln.startswith("guarantee:"))
+    spent = next(ln for ln in out.splitlines() if ln.startswith("remaining:"))
+    shown = guarantee.split()[1].removesuffix("-DP")
+    assert f"(spent {shown})" in spent, (guarantee, spent)
+    code, out, err = run(capsys, *argv[:-2 - len(extra)], "--json", "--ledger", ":memory:", *extra)
+    d = json.loads(out)
+    assert d["guarantee"]["total_exact"] == d["ledger"]["spent_exact"]
+
+
+def test_the_summary_judges_each_allocation_on_the_objective(tmp_path, capsys) -> None:
+    """The optimal allocation (per-table) has more total |noise| than the uniform one
+    here: the summary shows the measure it minimised beside it, and says so."""
+    w = tmp_path / "w.txt"
+    w.write_text("age < 30\nage >= 35\nmarginal(sex, race)\n")
+    argv = [*BASE, "--workload", w, "--epsilon", 1, "--ledger", ":memory:"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    e, by = d["expected_abs_noise"], d["objective_error"]
+    assert e["optimal"] > e["uniform"]  # worse on total |noise| ...
+    assert by["optimal"] < by["uniform"] < by["sequential"]  # ... best on its objective
+    code, out, err = run(capsys, *argv, "--out", tmp_path / "a.csv")
+    assert code == 0, err
+    from dpcurator.cli.output import up
+
+    lines = out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("expected error of the noisy"))
+    assert "total |noise|" in lines[head + 1] and "objective (per-table)" in lines[head + 1]
+    rows = {ln.replace("*", " ").split()[0]: ln for ln in lines[head + 2 : head + 5]}
+    for name in ("sequential", "uniform", "optimal"):
+        assert rows[name].split()[-1] == up(by[name]), rows[name]
+    assert "optimal minimises the per-table objective" in lines[head + 5]
+    assert "total |noise| is another measure" in lines[head + 5]
+    # the same figure as the strategies' lines: the direct strategy is the optimal split
+    direct = next((ln for ln in lines if ln.strip().startswith(("direct ", "* direct "))), None)
+    if direct is not None and "does not apply" not in direct:
+        assert f" {up(by['optimal'])} expected error (per-table)" in direct

@@ -94,6 +94,26 @@ def test_demo_readable(capsys, tmp_path) -> None:
     assert set(rows) == set(SPLITS)
     assert [rows[n][0] for n in SPLITS] == [" ", " ", " ", " ", " ", "*"]
     assert "Released (*): the marginals strategy" in text
+    # one figure, one form: the guarantee is the worst point's exact total, rounded up
+    # as the ledger's "spent" would be; each ± says what it is
+    from fractions import Fraction
+
+    from dpcurator.cli.output import amount
+
+    d_plan_total = None
+    for ln in text.splitlines():
+        if ln.startswith("Guarantee: "):
+            d_plan_total = ln.split()[1]
+    assert "± is a standard deviation" in text
+    # what the README says the demo releases
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    import re
+
+    tables, cells = re.search(r"a workload of (\d+) marginal tables \(([\d,]+) cells\)", readme).groups()
+    assert f"{tables} marginal tables, {cells} cells" in text
+    assert re.search(r"^Released \(\*\): the \w+ strategy", text, re.M)
+    assert "the strategy released" in readme
+    assert re.search(r"^One released table, marginal\(sex, income\), .* with 95% intervals:$", text, re.M)
     # the figures are the planner's, each rounded up (never shown smaller than it is)
     from dpcurator.planner import compare_objectives, make_plan, strategy_errors
     from dpcurator.privacy import PureDP
@@ -104,6 +124,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
         Schema.load(ROOT / "examples" / "adult" / "schema.json"),
     )
     plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
+    assert d_plan_total == f"{amount(Fraction(plan.guarantee.to_dict()['total_exact']), up=True)}-DP"
     line = next(q.line for q in plan.queries if q.text.startswith("sex = 'Female' AND income"))
     for name, e in zip(SPLITS, compare_objectives(plan) + strategy_errors(plan), strict=True):
         shown = [_number(x) for x in rows[name][1]]
@@ -117,7 +138,7 @@ def test_demo_readable(capsys, tmp_path) -> None:
 
 
 def test_up_rounds_up() -> None:
-    from dpcurator.cli.demo import up
+    from dpcurator.cli.output import error_figure as up
 
     rng = np.random.default_rng(4)
     for x in np.exp(rng.uniform(-8, 28, 500)):

@@ -148,3 +148,24 @@ def test_the_command_backs_up_a_ledger_being_written(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"backed up {src} to {dst}: ")
     assert Ledger(dst, IDENTITY).verify() >= committed
+
+
+def test_no_ledger_command_leaves_a_journal_file(tmp_path: Path, capsys) -> None:
+    root = Path(__file__).resolve().parents[2]
+    ledger = tmp_path / "l.db"
+    commands = [
+        ["answer", "--data", root / "examples" / "data" / "adult-sample.csv", "--schema",
+         root / "examples" / "adult" / "schema.json", "--workload",
+         root / "examples" / "adult" / "mixture.txt", "--epsilon", "1", "--ledger", ledger,
+         "--out", tmp_path / "a.csv"],
+        ["ledger", "show", ledger, "--query", "age < 30"],
+        ["ledger", "history", ledger],
+        ["analysts", "add", "ann", "--ledger", ledger, "--quota", "0.1"],
+        ["ledger", "analysts", ledger],
+        ["ledger", "backup", ledger, tmp_path / "copy.db"],
+    ]
+    for argv in commands:
+        assert main([str(a) for a in argv]) == 0, argv
+        capsys.readouterr()
+        left = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("-journal"))
+        assert left == [], (argv, left)

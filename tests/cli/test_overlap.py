@@ -33,10 +33,12 @@ def test_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "method",
         "witness",
         "witness_queries",
+        "colouring_bound",
         "sequential",
         "saving",
     }
     assert d["queries"] == 10 + 2 + 1  # sex (2 values) x race (5), 2 bins, 1
+    assert d["colouring_bound"] >= d["gamma"]
     assert d["gamma"] == 4 and d["exact"] is True and d["upper_bound"] == 4
     assert d["method"] == "dense"  # a few segments on three attributes
     assert d["witness"]["age"] == 37 and len(d["witness"]) == 12
@@ -53,6 +55,8 @@ def test_readable_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gamma:" in out and "(exact)" in out
     assert "method:   eliminate" in out
     assert "witness:" in out and "sequential composition would charge" in out
+    # what the README says it shows: gamma against the paper's colouring bound
+    assert "colouring bound: 7.0 (Smith et al. 2022: an upper bound on gamma)" in out
 
 
 def test_example_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -242,7 +242,7 @@ def stop(p: subprocess.Popen) -> tuple[str, str]:
 def test_port_0_prints_the_url_last_and_serves_it(files) -> None:
     p, lines = start([*base(files), "--port", "0"], files["dir"])
     try:
-        assert lines == [lines[-1]]
+        assert len(lines) == 3 and lines[0].startswith("analysts: none yet")
         m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)", lines[-1])
         assert m and 0 < int(m.group(1)) < 65536
         url = lines[-1].split()[-1]
@@ -321,3 +321,30 @@ def test_demo(tmp_path: Path) -> None:
         stop(p)
     assert p.returncode == 0
     assert not Path(ledger.group(1)).exists()
+
+
+def test_a_fresh_server_says_how_to_add_an_analyst(files) -> None:
+    """A new ledger has no analyst: the start says so, with the command that adds one
+    (run as printed, it gives a token the running server accepts), and where the
+    dashboard is; a server with analysts counts them."""
+    p, lines = start([*base(files), "--port", "0"], files["dir"])
+    try:
+        url = lines[-1].split()[-1]
+        (hint,) = [ln for ln in lines if ln.startswith("analysts: ")]
+        assert "none yet" in hint
+        (command,) = re.findall(r"`(dpcurator analysts add NAME --ledger [^`]+)`", hint)
+        argv = shlex.split(command.replace("NAME", "ann"))[1:]
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main([*argv, "--json"]) == 0
+        token = json.loads(buf.getvalue())["token"]
+        r = httpx.get(f"{url}/v1/budget", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code == 200
+        (dash,) = [ln for ln in lines if ln.startswith("dashboard: ")]
+        assert f"{url}/dashboard" in dash and f"{url}/docs" in dash
+        assert httpx.get(f"{url}/dashboard", timeout=30).status_code == 200
+    finally:
+        stop(p)
+    p, lines = start([*base(files), "--port", "0"], files["dir"])
+    stop(p)
+    assert "analysts: 1 with a working token; add another with `dpcurator analysts add" in lines[0]

@@ -163,7 +163,7 @@ def test_exact_costs_given_as_fraction_or_decimal(people):
         (lambda c: c.sum("age", 5, 3, epsilon=0.5), InvalidParameter),
         (lambda c: c.sum("age", "0", 3, epsilon=0.5), InvalidParameter),
         (lambda c: c.histogram("age", bins=[0, float("inf")], epsilon=0.5), InvalidParameter),
-        (lambda c: c.histogram("age", bins=[0, 10**400], epsilon=0.5), QueryError),
+        (lambda c: c.histogram("age", bins=[10**400, 10**401], epsilon=0.5), QueryError),
         (lambda c: c.histogram("age", bins=[30, 10, 50], epsilon=0.5), QueryError),
         (lambda c: c.histogram("age", bins=[0, "x"], epsilon=0.5), InvalidParameter),
         (lambda c: c.histogram("age", bins=5, epsilon=0.5), InvalidParameter),
@@ -197,6 +197,15 @@ def test_bad_arguments_are_clear_errors_and_charge_nothing(people, tmp_path, cal
             call(c)
         assert "\n" not in str(info.value)
         assert charges(ledger) == 0
+
+
+def test_huge_bin_edges_are_clamped_like_ranges(people):
+    """Edges beyond the domain are clamped to it, as SQL ranges are (exact integers,
+    whatever their size): one bin from -10^400 to 10^400 is the whole of age."""
+    with open_(people) as c:
+        h = c.histogram("age", bins=[-(10**400), 50, 10**400], epsilon=0.25)
+        assert [a.query for a in h.cells] == ["age <= 49", "age >= 50"]
+        assert h.request == "histogram(age, bins=[0, 50, 100])"
 
 
 def test_generators_are_accepted_where_lists_are(people):

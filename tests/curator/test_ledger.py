@@ -623,3 +623,41 @@ def test_a_running_ledger_never_extends_an_edited_tail(tmp_path):
     tamper(path, "UPDATE charges SET level = '1/10' WHERE id = 1")
     with pytest.raises(LedgerError, match="charge 1 was altered"):
         charge(led, 1)
+
+
+def test_no_journal_file_is_left_beside_a_closed_ledger(tmp_path):
+    path = make(tmp_path / "led.db")
+    assert not (tmp_path / "led.db-journal").exists()
+    led = Ledger(path, None, create=False)  # reading only (it verifies the whole chain)
+    led.close()
+    charge(Ledger(path, IDENTITY), 7)  # a second connection, written through and dropped
+    led = Ledger(path, IDENTITY)
+    charge(led, 8)
+    led.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db"]
+
+
+def test_closing_a_reader_keeps_a_writer_journal(tmp_path):
+    """The journal of a connection in the middle of a write transaction is never removed
+    by another connection's close (SQLite deletes it only under the write lock)."""
+    path = make(tmp_path / "led.db")
+    writer = Ledger(path, IDENTITY)
+    reader = Ledger(path, None, create=False)
+    with writer.transaction():
+        writer.insert_charge(
+            analyst=None,
+            table="t",
+            kind="count",
+            request="a < 9",
+            coverage={"a": [[0, 9]]},
+            cost=Fraction(1, 20),
+            level=Fraction(1, 2),
+            noise="discrete_laplace(20)",
+        )
+        journal = tmp_path / "led.db-journal"
+        assert journal.exists() and journal.stat().st_size > 0
+        reader.close()
+        assert journal.exists() and journal.stat().st_size > 0
+    writer.close()
+    Ledger(path, None, create=False).close()  # the whole chain verifies, the charge in it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db"]

@@ -7,6 +7,7 @@ in ``DPCURATOR_URL``. The server is stopped at the end."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -41,6 +42,8 @@ def test_every_command_of_the_tutorial_runs(tmp_path) -> None:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("DPCURATOR_URL", None)
     server = None
+    printed: list[tuple[str, str]] = []  # (block, what it printed), in order
+    started: list[str] = []  # what the server printed up to its URL
     try:
         for i, (kind, serve, code) in enumerate(blocks()):
             where = f"block {i + 1} ({kind}):\n{code}"
@@ -56,6 +59,7 @@ def test_every_command_of_the_tutorial_runs(tmp_path) -> None:
                 )
                 assert server.stdout is not None
                 for line in server.stdout:
+                    started.append(line.rstrip("\n"))
                     if line.startswith("listening on "):
                         env["DPCURATOR_URL"] = line.split()[-1]
                         break
@@ -68,6 +72,7 @@ def test_every_command_of_the_tutorial_runs(tmp_path) -> None:
             )
             assert p.returncode == 0, f"{where}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
             assert "Traceback" not in p.stderr, p.stderr
+            printed.append((code, p.stdout))
     finally:
         if server is not None:
             server.terminate()
@@ -88,3 +93,37 @@ def test_every_command_of_the_tutorial_runs(tmp_path) -> None:
         assert (tmp_path / f).exists(), f
     assert (tmp_path / "release.png").stat().st_size > 20_000
     assert not (tmp_path / "again.csv").exists()  # the refused release wrote nothing
+    assert not list(tmp_path.glob("*-journal"))  # no command left one behind
+    check_claims(printed, started)
+
+
+def output_of(printed: list[tuple[str, str]], command: str) -> str:
+    return next(out for code, out in printed if command in code)
+
+
+def check_claims(printed: list[tuple[str, str]], started: list[str]) -> None:
+    """What the tutorial says the commands print is what they printed."""
+    text = TUTORIAL.read_text()
+    # "here 5, although the workload has 18 cells"
+    gamma, cells = re.search(r"here (\d+), although the workload has (\d+) cells", text).groups()
+    overlap = output_of(printed, "dpcurator overlap")
+    assert re.search(rf"^gamma: +{gamma} \(exact\)$", overlap, re.M), overlap
+    assert re.search(rf"^queries: +{cells}$", overlap, re.M), overlap
+    # the summary: gamma, the guarantee and its theorem, the expected error under each
+    # allocation with the objective's measure, what the ledger has left
+    summary = output_of(printed, "--postprocess consistent,clamp,round")
+    for label in ("gamma:", "guarantee:", "theorem:", "remaining:"):
+        assert re.search(rf"^{label}", summary, re.M), (label, summary)
+    assert "objective (per-table)" in summary and "total |noise|" in summary
+    for allocation in ("sequential", "uniform", "optimal"):
+        assert re.search(rf"^  [ *] {allocation} ", summary, re.M), allocation
+    # "remaining_exact": "...", and the guarantee that is exactly what was spent
+    remaining = re.search(r'`"remaining_exact": "([^"]+)"`', text).group(1)
+    shown = json.loads(output_of(printed, "dpcurator ledger show visits.db --json").splitlines()[-1])
+    assert shown["remaining_exact"] == remaining
+    claimed = re.search(r"the release's guarantee, ([\d.]+)-DP", text).group(1)
+    assert f"guarantee:    {claimed}-DP" in summary and f"(spent {claimed})" in summary
+    # "A new ledger has no analyst yet, so it prints how to add one, where its dashboard
+    # is, and last `listening on URL`"
+    assert started[0].startswith("analysts: none yet") and "analysts add NAME" in started[0]
+    assert started[1].startswith("dashboard: ") and started[-1].startswith("listening on ")

@@ -65,7 +65,7 @@ def test_decimal_costs_give_round_parameters():
 
 
 def test_gdp_uses_the_effective_mu():
-    """sigma = 2 is not 0.5-GDP (DESIGN.md §9): effective_gdp_mu(2) > 0.5."""
+    """sigma = 2 is not 0.5-GDP (docs/design.md §9): effective_gdp_mu(2) > 0.5."""
     assert effective_gdp_mu(2.0) > 0.5
     noise = noise_for_cost(GDP(0.5))
     assert noise.sigma > 2

@@ -69,10 +69,12 @@ def test_optimal_matches_direct_sum(eps, n, frac):
 
 @given(st.floats(0.01, 3.0), st.floats(0.0, 1.0))
 def test_optimal_single_mechanism_is_its_own_profile(eps, frac):
+    # one eps-DP mechanism at eps' <= eps: (e^eps - e^eps') / (1 + e^eps), written with
+    # expm1 so that it keeps its relative accuracy as eps' nears eps and delta nears 0
     at = frac * eps
-    assert optimal_delta(eps, 0.0, 1, at) == pytest.approx(
-        approx_profile(eps, 0.0, at), rel=1e-9, abs=1e-15
-    )
+    exact = -math.expm1(at - eps) / (1 + math.exp(-eps))
+    assert optimal_delta(eps, 0.0, 1, at) == pytest.approx(exact, rel=1e-9)
+    assert approx_profile(eps, 0.0, at) == pytest.approx(exact, rel=1e-9, abs=1e-15)
 
 
 def test_optimal_at_100000_is_fast_enough_to_run_in_tests():

@@ -56,7 +56,7 @@ def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
             assert 1 <= wait <= 2 and f"retry in {wait} s" in e["message"]  # 0.5 a second
             assert s.charges() == before  # refused before the curator saw it
             assert_error(h.get("/v1/budget"), 429, "rate_limited")
-        with s.client("ann") as c, pytest.raises(RateLimited):
+        with s.client("ann", retry=False) as c, pytest.raises(RateLimited):
             c.remaining()
         with s.client("ben") as c:  # another token has its own bucket
             assert c.count("age < 30", epsilon=0.1).charge_id == 4
@@ -68,6 +68,50 @@ def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
             assert r.status_code == 429
             time.sleep(int(r.headers["retry-after"]))
             assert h.get("/v1/budget").status_code == 200
+
+
+def test_the_client_waits_the_retry_after_it_is_sent(tmp_path: Path) -> None:
+    """A loop of counts past the token's burst is not an error: the client waits the
+    server's Retry-After and asks again (a 429 is refused before the curator sees the
+    request, so each count is charged once). Bounded by max_wait; off with retry=False."""
+    config = "[server]\nrequests_per_second = 2\nburst = 3\n"
+    with running(tmp_path, config=config) as s:
+        s.add("ann")
+        s.add("ben")
+        s.add("cid")
+        with s.client("ann") as c:
+            start = time.monotonic()
+            answers = [c.count("age < 30", epsilon=0.01) for _ in range(6)]
+            took = time.monotonic() - start
+        assert [a.charge_id for a in answers] == [1, 2, 3, 4, 5, 6]
+        assert s.charges() == 6
+        assert took >= 1.0  # three over the burst of 3 at 2 a second: it waited
+        with s.client("ben", retry=False) as c:
+            for _ in range(3):
+                c.count("age < 30", epsilon=0.01)
+            with pytest.raises(RateLimited, match="retry in 1 s"):
+                c.count("age < 30", epsilon=0.01)
+        with s.client("cid", max_wait=0.5) as c:  # Retry-After: 1 is more than it may wait
+            for _ in range(3):
+                c.count("age < 30", epsilon=0.01)
+            start = time.monotonic()
+            with pytest.raises(RateLimited):
+                c.count("age < 30", epsilon=0.01)
+            assert time.monotonic() - start < 0.5
+        assert s.charges() == 12
+
+
+@pytest.mark.parametrize(
+    "kw", [{"retry": "yes"}, {"retry": 1}, {"max_wait": -1}, {"max_wait": float("nan")},
+           {"max_wait": float("inf")}, {"max_wait": "10"}, {"max_wait": True}],
+)
+def test_bad_retry_settings_are_one_line_errors(kw: dict) -> None:
+    from dpcurator.client import Client
+    from dpcurator.errors import InvalidParameter
+
+    with pytest.raises(InvalidParameter) as err:
+        Client("http://127.0.0.1:9", "dpc_x", **kw)
+    assert "\n" not in str(err.value) and ("retry" in str(err.value) or "max_wait" in str(err.value))
 
 
 def test_a_small_body_limit_from_the_config(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -406,3 +407,51 @@ def test_a_tampered_ledger_is_503_without_details(tmp_path: Path) -> None:
                 c.count("age < 40", epsilon=0.5)
         assert s.charges() == 1
     assert "altered" in s.log()
+
+
+def test_a_4xx_says_what_to_change(server: Server) -> None:
+    """A body the service cannot read is refused with the field (or the line and column
+    of the broken JSON), what it must be and what was sent; nothing is charged."""
+    before = server.charges()
+    cases = [
+        ("/v1/histogram", b'{"attribute": "age",\n "bins": [1, 2,]}', "invalid_request",
+         ["not valid JSON at line 2, column 16", "expecting value", "one JSON object"]),
+        ("/v1/count", b"", "invalid_request",
+         ["the body is empty", "query", "epsilon", "rho", "mu", "table"]),
+        ("/v1/histogram", b"", "invalid_request",
+         ["the body is empty", "attribute (required)", "bins", "where"]),
+        ("/v1/histogram", b"[1, 2]", "invalid_request",
+         ["must be a JSON object", "attribute (required)", "got a list"]),
+        ("/v1/histogram", b'{"epsilon": 0.1}', "invalid_query",
+         ["attribute: a required field is missing", "attribute (required), bins"]),
+        ("/v1/count", b'{"query": "age < 3", "epsilon": 0.1, "epsilo": 1}', "invalid_request",
+         ["epsilo: unknown field", "query, epsilon, rho, mu, table"]),
+        ("/v1/histogram", b'{"attribute": "age", "bins": [1, "x"]}', "invalid_request",
+         ["bins[1]: must be an integer, got the text 'x'"]),
+        ("/v1/count", b'{"query": 3, "epsilon": 0.1}', "invalid_query",
+         ["query: must be text, got the number 3"]),
+        ("/v1/count", b'{"query": "age < 3", "epsilon": "0.1"}', "invalid_request",
+         ["epsilon: must be a number, got the text '0.1'"]),
+        ("/v1/release", b'{"workload": "total", "epsilon": 1, "allocation": "best"}',
+         "invalid_request", ["allocation: must be 'sequential', 'uniform' or 'optimal'"]),
+    ]
+    with server.http("alice", headers={"Content-Type": "application/json"}) as h:
+        for path, body, reason, parts in cases:
+            e = assert_error(h.post(path, content=body), 422, reason)
+            for part in parts:
+                assert part in e["message"], (body, e["message"])
+            assert "Field required" not in e["message"] and "decode error" not in e["message"]
+    assert server.charges() == before
+
+
+def test_the_root_points_to_the_api_and_the_dashboard(server: Server) -> None:
+    with httpx.Client(base_url=server.url) as h:  # no token needed
+        r = h.get("/")
+        assert r.status_code == 200
+        d = r.json()
+        assert d["api"] == "/docs" and d["dashboard"] == "/dashboard"
+        for route in (d["api"], d["openapi"], d["dashboard"], d["health"]):
+            assert h.get(route).status_code == 200, route
+        e = assert_error(h.get("/v2/count"), 404, "not_found")
+        assert "'/v2/count'" in e["message"] and "/docs" in e["message"]
+        assert "/dashboard" in e["message"]

@@ -11,6 +11,7 @@ them to these functions.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.errors import InvalidParameter, QueryError
-from dpcurator.queries.predicates import IntervalSet, Predicate, Query
+from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
 
 #: Whitespace stripped from both ends of text fields (and CSV header names).
@@ -57,7 +58,26 @@ def first_line(message: str) -> str:
 def domain_text(attr: Attribute) -> str:
     if attr.type == "integer":
         return f"[{attr.min}, {attr.max}]"
-    return f"of {attr.size} declared values"
+    return f"of {attr.value_count} declared values"
+
+
+def missing_texts(attr: Attribute, tokens: Sequence[str]) -> list[str]:
+    """The texts (whitespace stripped) that load as ``attr``'s missing value: a blank
+    field, the load's ``missing`` tokens and the schema's own missing value, but never a
+    declared value (``"NA"`` declared as a country loads as that country). Empty when the
+    schema does not say the attribute may be missing; NULLs (and NaN in a typed float
+    column) load as the missing value too, and, for an integer marker such as ``-1``,
+    every form of that integer (``-1``, ``-01``, ``-1.0`` in a float column)."""
+    if attr.missing is None:
+        return []
+    texts = {"", *tokens, str(attr.missing)}
+    if attr.type == "categorical":
+        return sorted(texts - set(attr.values))
+
+    def declared(t: str) -> bool:
+        return re.fullmatch(INT_PATTERN, t) is not None and attr.min <= int(t) <= attr.max
+
+    return sorted(t for t in texts if not declared(t) or str(attr.missing) == t)
 
 
 def show(value: object) -> str:
@@ -164,6 +184,11 @@ def check_load_options(
             INT64[0] <= attr.min and attr.max <= INT64[1] and attr.size <= INT64[1]
         ):
             raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
+        if isinstance(attr.missing, int) and not INT64[0] <= attr.missing <= INT64[1]:
+            raise InvalidParameter(
+                f"attribute {attr.name!r}: its missing value {attr.missing} exceeds 64-bit "
+                "integers"
+            )
     return LoadOptions(
         schema=schema,
         separator=separator,
@@ -213,6 +238,13 @@ def invalid_message(
         f"{source}: attribute {attr.name!r}: {rows} outside the domain "
         f"{domain_text(attr)} or missing ({where})"
     )
+    was_missing = raw is None or (raw is not NOT_SHOWN and str(raw).strip(WHITESPACE) in missing)
+    if was_missing and attr.missing is None:  # and the schema does not allow one
+        example = f"{attr.min - 1}" if attr.type == "integer" else '"?"'
+        msg += (
+            f"; if {attr.name!r} may be missing, say so in the schema (\"missing\": "
+            f"{example}): blank and NULL cells then load as that value"
+        )
     if len(bad) > 1:
         others = ", ".join(f"{schema.attributes[j].name!r} ({n} rows)" for j, n, _ in bad[1:4])
         more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
@@ -427,6 +459,23 @@ class ClipPlan:
         if self.constant is not None:
             return count * self.constant
         return count * self.offset + (0 if code_sum is None else code_sum)
+
+
+def summed_rows(preds: Coverages, schema: Schema, j: int) -> Coverages | None:
+    """The rows a clipped sum of attribute ``j`` adds up: those of ``preds`` whose value
+    of ``j`` is not missing (as SQL's SUM skips NULLs; a skipped row adds 0, well within
+    the sensitivity max(|lower|, |upper|) of a row that is added or removed). None when
+    no row is left."""
+    attr = schema.attributes[j]
+    p = attr.missing_position
+    if p is None:
+        return preds
+    out = dict(preds)
+    cov = intersect(out.get(j, ((0, attr.size),)), complement(((p, p + 1),), attr.size))
+    if not cov:
+        return None
+    out[j] = cov
+    return tuple(sorted(out.items()))
 
 
 def clip_plan(schema: Schema, attribute: object, lower: object, upper: object) -> ClipPlan:

@@ -43,8 +43,10 @@ from dpcurator.backends._validation import (
     invalid_message,
     matches,
     missing_id_message,
+    missing_texts,
     no_column_message,
     no_unit_column_message,
+    summed_rows,
 )
 from dpcurator.errors import (
     DataError,
@@ -430,12 +432,14 @@ class DuckDBBackend:
     ) -> int:
         plan = clip_plan(self.schema, attribute, lower, upper)
         preds: Coverages | None = () if where is None else self._checker.check(where)
+        if preds is not None:
+            preds = summed_rows(preds, self.schema, plan.index)
         if preds is None:
             return 0
         cond, params = self._where(preds)
         table = ident(self.table)
         if plan.constant is not None:  # every value clipped to one bound
-            if where is None:
+            if not preds:
                 return plan.total(self._rows, None)
             row = con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", params)
             return plan.total(int(row.fetchall()[0][0]), None)
@@ -690,8 +694,10 @@ class _Loader:
         if exists and exists[0]:
             raise InvalidParameter(f"table {name!r} already exists in the connection")
 
-        # Inner select: per attribute a parsed value (integers) or a code (categoricals).
+        # Inner select: per attribute a parsed value (integers) or a code (categoricals),
+        # and for an attribute that may be missing, whether the raw field is missing.
         params: list[object] = []
+        outer_params: list[object] = []
         # rowid is safe here: the raw table's columns all have generated names.
         inner: list[str] = [f"r.rowid + {1 - self.first_data} AS __row"]
         joins: list[str] = []
@@ -706,7 +712,7 @@ class _Loader:
                     pa.table(
                         {
                             "v": pa.array(attr.values, pa.string()),
-                            "p": pa.array(range(attr.size), pa.int64()),
+                            "p": pa.array(range(attr.value_count), pa.int64()),
                         }
                     ),
                 )
@@ -715,7 +721,13 @@ class _Loader:
                     f"LEFT JOIN {ident(view)} d{i} ON d{i}.v = trim(CAST({col} AS VARCHAR), ?)"
                 )
                 inner.append(f"d{i}.p AS v{i}")
-                outer.append(f"v{i} AS c{i}")
+                if attr.missing is None:
+                    outer.append(f"v{i} AS c{i}")
+                else:
+                    outer.append(
+                        f"CASE WHEN v{i} IS NOT NULL THEN v{i} WHEN m{i} THEN ? END AS c{i}"
+                    )
+                    outer_params.append(attr.missing_position)
             else:
                 # Every integer is parsed exactly into HUGEINT (NULL if it is not an
                 # integer); the outer select checks [min, max] exactly.
@@ -739,13 +751,29 @@ class _Loader:
                         f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
                     )
                     params.extend((WHITESPACE, INT_PATTERN, WHITESPACE))
-                outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
+                if attr.missing is None:
+                    outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
+                    outer_params.extend((attr.min, attr.max, attr.min))
+                else:  # an integer marker (-1) is missing in every form it is written
+                    by_value = f" OR v{i} = ?" if isinstance(attr.missing, int) else ""
+                    outer.append(
+                        f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? "
+                        f"WHEN m{i}{by_value} THEN ? END AS c{i}"
+                    )
+                    outer_params.extend((attr.min, attr.max, attr.min))
+                    if by_value:
+                        outer_params.append(attr.missing)
+                    outer_params.append(attr.missing_position)
+            if attr.missing is not None:
+                typed_float = ctype.split("(")[0] in _FLOAT_TYPES
+                nan = f" OR isnan(CAST({col} AS DOUBLE))" if typed_float else ""
+                inner.append(
+                    f"({col} IS NULL OR trim(CAST({col} AS VARCHAR), ?) IN "
+                    f"(SELECT unnest(?::VARCHAR[])){nan}) AS m{i}"
+                )
+                params.extend((WHITESPACE, missing_texts(attr, self.missing)))
         # Join parameters come after the select-list parameters in SQL text order.
         join_params = [WHITESPACE] * sum(1 for a in schema.attributes if a.type == "categorical")
-        outer_params: list[object] = []
-        for attr in schema.attributes:
-            if attr.type == "integer":
-                outer_params.extend((attr.min, attr.max, attr.min))
         if id_col is not None:
             id_type = types[id_col].split("(")[0]
             if id_type == "VARCHAR":

@@ -49,8 +49,10 @@ from dpcurator.backends._validation import (
     invalid_message,
     matches,
     missing_id_message,
+    missing_texts,
     no_column_message,
     no_unit_column_message,
+    summed_rows,
 )
 from dpcurator.errors import DataError, InvalidParameter
 from dpcurator.queries.boolean import BooleanQuery
@@ -612,6 +614,8 @@ class SparkBackend:
         for q in parts:
             preds: Coverages | None = () if q is None else self._checker.check(q)
             if preds is not None:
+                preds = summed_rows(preds, self.schema, plan.index)
+            if preds is not None:
                 boxes.append(preds)
         if not boxes:
             return 0
@@ -975,6 +979,18 @@ class _Loader:
                 v = self._integer_value(col, types[cols[i]])
                 lo, hi = F.lit(attr.min).cast(_DECIMAL), F.lit(attr.max).cast(_DECIMAL)
                 code = F.when(v.between(lo, hi), (v - lo).cast("bigint"))
+            if attr.missing is not None:  # blank, NULL, a missing token: the missing value
+                dtype = types[cols[i]]
+                trimmed = F.btrim(col.cast("string"), F.lit(WHITESPACE))
+                missing = col.isNull() | trimmed.isin(missing_texts(attr, opts.missing))
+                if isinstance(dtype, T.FloatType | T.DoubleType):
+                    missing = missing | F.isnan(col.cast("double"))
+                if attr.type == "integer" and isinstance(attr.missing, int):
+                    # an integer marker (-1) is missing in every form it is written
+                    missing = missing | (v == F.lit(attr.missing).cast(_DECIMAL))
+                code = F.when(code.isNotNull(), code).when(
+                    missing, F.lit(attr.missing_position).cast("bigint")
+                )
             # Stored narrow: the stage is materialised once, then read by every step.
             codes.append(code.cast(_code_type(attr.size)).alias(f"v{i}"))
             if opts.show_values:

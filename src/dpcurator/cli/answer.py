@@ -171,7 +171,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+#: What each objective minimises, in words (its value is shown as the strategies show it).
+_MEASURES = {
+    "per-table": "the sum over workload lines of a line's mean expected squared error",
+    "total": "the weighted total of the answers' expected squared errors",
+    "max": "the largest expected squared error of any answer",
+}
+
+
 def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, Any]:
+    from dpcurator.planner import objective_values
+
     d: dict[str, Any] = {
         "queries": len(plan.queries),
         "gamma": plan.gamma,
@@ -189,6 +199,7 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
     }
     if plan.allocation.name == "optimal":
         d["objective"] = plan.objective
+        d["objective_error"] = objective_values(plan)
     if plan.allocation.name == "optimal" and plan.allocation.lower_bound is not None:
         gap = plan.allocation.objective / plan.allocation.lower_bound - 1
         d["optimality_gap"] = max(0.0, gap)
@@ -199,6 +210,29 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
     if seconds is not None:
         d["seconds"] = round(seconds, 3)
     return d
+
+
+def guarantee_text(g: dict[str, Any]) -> str:
+    """The guarantee as people read it, from the worst point's exact total (rounded up,
+    as the ledger's "spent" is: one figure, shown the same way everywhere)."""
+    from fractions import Fraction
+
+    up = output.up  # a privacy loss is never shown smaller than it is
+    kind = g["kind"]
+    total = Fraction(g["total_exact"]) if g.get("total_exact") else None
+
+    def additive(key: str, currency: str = "") -> str:
+        if total is None:
+            return up(g[key])
+        return output.amount(total, currency, up=True)
+
+    if kind == "pure":
+        return f"{additive('epsilon')}-DP"
+    if kind == "approx":
+        return f"({up(g['epsilon'])}, {g['delta']:g})-DP (planned as rho = {additive('rho')} zCDP)"
+    if kind == "zcdp":
+        return f"{additive('rho')}-zCDP"
+    return f"{additive('mu', 'mu')}-GDP"
 
 
 def print_summary(d: dict[str, Any], stream) -> None:
@@ -225,29 +259,34 @@ def print_summary(d: dict[str, Any], stream) -> None:
                 f"expected error ({d.get('objective') or 'objective'}), planned in "
                 f"{c['seconds']:.2f} s"
             )
-    kind = g["kind"]
-    up = output.up  # a privacy loss is never shown smaller than it is
-    if kind == "pure":
-        what = f"{up(g['epsilon'])}-DP"
-    elif kind == "approx":
-        what = f"({up(g['epsilon'])}, {g['delta']:g})-DP (planned as rho = {up(g['rho'])} zCDP)"
-    elif kind == "zcdp":
-        what = f"{up(g['rho'])}-zCDP"
-    else:
-        what = f"{up(g['mu'])}-GDP"
-    p(f"guarantee:    {what}  [{g['worst_point_queries']} queries at the worst point]")
+    p(
+        f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst "
+        "point]"
+    )
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
     direct = d.get("strategy", "direct") == "direct"
-    p(
-        "expected total |noise|"
-        + ("" if direct else " of the direct measurement (not released)")
-        + ":"
-    )
-    for k in ("sequential", "uniform", "optimal"):
-        if k in e:
-            mark = "*" if k == d["allocation"] and direct else " "
-            p(f"  {mark} {k:<11} {e[k]:14,.1f}")
+    of = "" if direct else " of the direct measurement (not released)"
+    by = d.get("objective_error")
+    objective = d.get("objective")
+    star = " (* released)" if direct else ""
+    if by and objective:
+        p(f"expected error of the noisy answers{of}, by allocation{star}:")
+        p(f"    {'':<11} {'total |noise|':>14}  {'objective (' + objective + ')':>24}")
+        for k in ("sequential", "uniform", "optimal"):
+            if k in e:
+                mark = "*" if k == d["allocation"] and direct else " "
+                p(f"  {mark} {k:<11} {e[k]:14,.1f}  {output.up(by[k]):>24}")
+        p(
+            f"    optimal minimises the {objective} objective, {_MEASURES[objective]}; "
+            "total |noise| is another measure"
+        )
+    else:
+        p(f"expected total |noise|{of}{star}:")
+        for k in ("sequential", "uniform", "optimal"):
+            if k in e:
+                mark = "*" if k == d["allocation"] and direct else " "
+                p(f"  {mark} {k:<11} {e[k]:14,.1f}")
     if "laplace_alternative" in d:
         a = d["laplace_alternative"]
         p(

@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import time
-from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
 from dpcurator.errors import InvalidParameter
@@ -59,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
     from dpcurator.cli import output
-    from dpcurator.cli.answer import summary
+    from dpcurator.cli.answer import guarantee_text, summary
     from dpcurator.cli.release import release_intervals, rows_of
     from dpcurator.planner import compare_objectives, strategy_errors
     from dpcurator.planner.consistency import consistency_system
@@ -149,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     _print_splits(splits, plan, line, tables, t)
     print()
     g = plan.guarantee
-    print(f"Guarantee: {g.describe()} ({g.worst_queries} queries at the worst point)")
+    print(f"Guarantee: {guarantee_text(g.to_dict())} ({g.worst_queries} queries at the worst point)")
     print(f"  {g.theorem}")
     print()
     if show and plan.strategy is not None:
@@ -178,8 +177,10 @@ def run(args: argparse.Namespace) -> int:
             iv = f"[{math.floor(r['interval_low']):,}, {math.ceil(r['interval_high']):,}]"
             print(f"  {r['query']:<40} {r['answer']:>9,.0f}  {iv:<20} {r['noisy_answer']:>11,}")
         print(
-            "  (interval: normal approximation with the consistent answer's exact variance; "
-            f"the noisy counts alone have ±{rows[show[0]]['noisy_half_width']})"
+            "  (95% interval: normal approximation with the consistent answer's exact "
+            "variance; a noisy count alone\n  is within "
+            f"{rows[show[0]]['noisy_half_width']} of the true count with 95% probability, "
+            "exactly: its 95% half-width)"
         )
     tail = []
     if args.out:
@@ -201,26 +202,9 @@ def _released(e, plan) -> bool:
     return e.allocation == plan.allocation.name and e.objective in (None, plan.objective)
 
 
-def up(x: float, digits: int = 3) -> str:
-    """``x`` >= 0 rounded *up* to ``digits`` significant digits (an expected error is
-    never shown smaller than it is), with thousands separators; scientific from 10^7."""
-    if not x > 0:
-        return "0"
-    d = Decimal(x)  # exact
-    q = Decimal(1).scaleb(d.adjusted() - digits + 1)
-    r = (
-        d.quantize(q, rounding=ROUND_CEILING)
-        if q < 1
-        else (d / q).to_integral_value(rounding=ROUND_CEILING) * q
-    )
-    if r >= 10**7:
-        m = r.scaleb(-r.adjusted())
-        return f"{m:.{digits - 1}f}e{r.adjusted()}"
-    return f"{r:,f}" if r == r.to_integral_value() else f"{r:f}"
-
-
 def _print_splits(splits, plan, line: int | None, tables: int, t: int) -> None:
     """The headline: what each way of splitting the budget costs, in expected error."""
+    from dpcurator.cli import output
     by = {e.label: e for e in splits}
     print(
         "How each way of splitting the budget does: the expected errors of the noisy counts "
@@ -240,13 +224,13 @@ def _print_splits(splits, plan, line: int | None, tables: int, t: int) -> None:
     }
 
     def sd(v: float) -> str:
-        return "±" + up(math.sqrt(v))
+        return "±" + output.error_figure(math.sqrt(v))
 
     for e in splits:
         mark = "*" if _released(e, plan) else " "
         show = sd(e.line(line)) if line is not None else ""
         print(
-            f"{mark} {names.get(e.label, e.label):<33} {up(e.total):>13} {sd(e.worst):>8} "
+            f"{mark} {names.get(e.label, e.label):<33} {output.error_figure(e.total):>13} {sd(e.worst):>8} "
             f"{sd(e.per_table):>8}   {show}"
         )
     tot, per, mx = by["optimal (total)"], by["optimal (per-table)"], by["optimal (max)"]

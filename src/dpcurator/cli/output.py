@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -213,3 +213,24 @@ def amount_text(exact_text: str, currency: str = "", *, up: bool = False) -> str
 def up(x: float) -> str:
     """A float privacy loss with at most 6 significant digits, rounded up."""
     return amount(Fraction(x), up=True) if x > 0 else "0"
+
+
+def error_figure(x: float, digits: int = 3) -> str:
+    """An expected error ``x`` >= 0 rounded *up* to ``digits`` significant digits (an
+    error is never shown smaller than it is), with thousands separators; scientific from
+    10^7 (``1.66e11``). Every place that shows an expected error (the summaries, the
+    demo's plot) uses this one form, so one figure always reads the same."""
+    if not x > 0:
+        return "0"
+    d = Decimal(x)  # exact
+    q = Decimal(1).scaleb(d.adjusted() - digits + 1)
+    r = (
+        d.quantize(q, rounding=ROUND_CEILING)
+        if q < 1
+        else (d / q).to_integral_value(rounding=ROUND_CEILING) * q
+    )
+    if r >= 10**7:
+        m = r.scaleb(-r.adjusted())
+        return f"{m:.{digits - 1}f}e{r.adjusted()}"
+    return f"{r:,f}" if r == r.to_integral_value() else f"{r:f}"
+

@@ -106,28 +106,59 @@ def per_answer_errors(plan) -> dict[str, list[float]]:
     return out
 
 
-def plot_release(
+def _wrap(text: str, width: int = 48, lines: int = 3) -> str:
+    """A workload line's label, wrapped (never cut) at commas and spaces; only a query
+    too long for ``lines`` lines is cut, with an ellipsis."""
+    import textwrap
+
+    parts = textwrap.wrap(text, width, break_on_hyphens=False)
+    if len(parts) > lines:
+        parts = [*parts[: lines - 1], _short(" ".join(parts[lines - 1 :]), width)]
+    return "\n".join(parts)
+
+
+def _merge(series: list[tuple[str, str, str, str, str, list[float], bool]]) -> list[tuple]:
+    """Series whose values coincide (to 1e-9) drawn once, with every name in the label:
+    three allocations that give the same errors are one line, said to be three.
+    A series is (name, its total, color, marker, line style, values, released)."""
+    out: list[list] = []
+    for name, total, color, marker, ls, ys, released in series:
+        named = name + (" (released)" if released else "")
+        for m in out:
+            if np.allclose(m[5], ys, rtol=1e-9, atol=0):
+                m[0].append(named)
+                break
+        else:
+            out.append([[named], total, color, marker, ls, ys])
+    return [(f"{' = '.join(m[0])}: {m[1]}", *m[2:]) for m in out]
+
+
+def _decades(ax, values: list[float]) -> None:
+    """A log axis from the decade below the smallest value to the decade above the
+    largest: every decade the data spans has its labelled ticks, the top one too."""
+    positive = [v for v in values if v > 0]
+    if positive:
+        lo = 10.0 ** np.floor(np.log10(min(positive)))
+        hi = 10.0 ** np.ceil(np.log10(max(positive)))
+        ax.set_ylim(lo, hi if hi > lo else lo * 10)
+
+
+def release_figure(
     plan,
     rows,
-    path: str,
     *,
     table_line: int | None = None,
     line_text: dict[int, str] | None = None,
     title: str = "",
     splits: list | None = None,
-) -> None:
-    """Three panels: (a) one released table with its intervals (the released answers
-    only, never a true count); (b) the expected error of each answer under sequential,
-    uniform and optimal allocation (with ``splits``, from
-    :func:`dpcurator.planner.compare_objectives`: the standard deviation of each answer
-    under each of them, the optimal one for every objective); (c) the budget each answer
-    cost."""
+):
+    """The figure of :func:`plot_release` (a matplotlib Figure; the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpcurator.cli.output import save_figure
+    from dpcurator.cli.output import error_figure
 
     lines = sorted({q.line for q in plan.queries})
     text_of = dict(line_text or {})
@@ -148,9 +179,13 @@ def plot_release(
             per_line[k].append(float(np.mean([errors[k][i] for i in idx])))
         cost_line.append(float(np.mean([plan.values[i] for i in idx])))  # the direct split's
         cells.append(len(idx))
+    # (c) only when the costs differ: equal bars would say nothing a sentence cannot
+    costs = [float(c) for c in plan.values]  # the direct split's, as (c) draws them
+    one_cost = bool(costs) and max(costs) == min(costs)
 
-    fig = plt.figure(figsize=(12, 15), layout="constrained")
-    gs = fig.add_gridspec(3, 1, height_ratios=[max(2.2, 0.32 * len(shown) + 1.2), 3.4, 3.0])
+    fig = plt.figure(figsize=(12, 11 if one_cost else 15.5), layout="constrained")
+    heights = [max(2.2, 0.32 * len(shown) + 1.2), 4.2] + ([] if one_cost else [3.6])
+    gs = fig.add_gridspec(len(heights), 1, height_ratios=heights)
     ax = fig.add_subplot(gs[0])
     conf = rows[0]["confidence"] if rows else 0.95
     ys = np.arange(len(shown))[::-1]
@@ -174,7 +209,7 @@ def plot_release(
     ax.set_yticklabels([_short(_cell(str(r["query"])), 48) for r in shown], fontsize=9)
     method = shown[0]["interval"] if shown else ""
     ax.set_title(
-        f"(a) One released table, {_short(text_of.get(table_line, ''), 50)} "
+        f"(a) One released table, {text_of.get(table_line, '')} "
         f"(line {table_line}), with {conf:.0%} intervals\n"
         f"released answers only, never a true count; intervals: {method}",
         fontsize=11,
@@ -184,22 +219,20 @@ def plot_release(
     ax.grid(axis="x", alpha=0.3)
 
     x = np.arange(len(lines))
-    labels = [f"{_short(text_of[ln], 30)} ({cells[i]})" for i, ln in enumerate(lines)]
+    labels = [_wrap(f"{text_of[ln]} ({cells[i]})") for i, ln in enumerate(lines)]
     ax = fig.add_subplot(gs[1])
     styles = {
         "sequential": ("tab:red", "s"),
         "uniform": ("tab:orange", "^"),
         "optimal": ("tab:green", "o"),
     }
-    series = []  # (label, color, marker, line style, values by line)
+    series = []  # (name, color, marker, line style, values by line, released)
     if splits is None:
         for k, ys_ in per_line.items():
             color, marker = styles[k]
-            mark = " (released)" if k == plan.allocation.name else ""
             name = f"{k} ({plan.objective})" if k == "optimal" else k
-            series.append(
-                (f"{name}{mark}: total E|error| {sum(errors[k]):,.0f}", color, marker, "-", ys_)
-            )
+            total = f"total E|error| {sum(errors[k]):,.1f}"
+            series.append((name, total, color, marker, "-", ys_, k == plan.allocation.name))
         ylabel = "expected |error| of one answer"
     else:
         more = {"total": ("tab:purple", "D", "--"), "max": ("tab:brown", "v", ":")}
@@ -213,40 +246,76 @@ def plot_release(
                 None,
                 plan.objective,
             )
-            mark = " (released)" if released else ""
             ys_ = [float(np.sqrt(e.line(ln))) for ln in lines]
-            series.append(
-                (f"{e.label}{mark}: total squared error {e.total:,.3g}", color, marker, ls, ys_)
-            )
+            total = f"total squared error {error_figure(e.total)}"
+            series.append((e.label, total, color, marker, ls, ys_, released))
         ylabel = "standard deviation of one answer's noise"
-    for label, color, marker, ls, ys_ in series:
+    drawn = _merge(series)
+    for label, color, marker, ls, ys_ in drawn:
         ax.plot(x, ys_, marker=marker, color=color, lw=1.2, ls=ls, ms=5, label=label)
     ax.set_yscale("log")
+    _decades(ax, [v for *_, ys_ in drawn for v in ys_])
     ax.set_ylabel(ylabel)
-    ax.set_title(
-        "(b) Expected error of each answer, by workload line, under each allocation",
-        fontsize=11,
-        loc="left",
-    )
+    title_b = "(b) Expected error of each answer, by workload line, under each allocation"
+    if len(drawn) < len(series):
+        title_b += "\n(allocations that give the same errors are one line, named together)"
+    if one_cost:
+        cur = rows[0]["currency"] if rows else ""
+        which = "answer" if getattr(plan, "strategy", None) is None else "query of the direct split"
+        title_b += (
+            f"\nevery {which} costs the same, {costs[0]:g} {cur} "
+            f"({plan.allocation.name} allocation): the cells of a line share one cost, "
+            "disjoint cells share the budget"
+        )
+    ax.set_title(title_b, fontsize=11, loc="left")
     ax.legend(fontsize=9)
     ax.grid(alpha=0.3, which="both")
     _xlabels(ax, x, labels)
 
-    ax = fig.add_subplot(gs[2])
-    cur = rows[0]["currency"] if rows else ""
-    objective = f", objective {plan.objective}" if plan.allocation.name == "optimal" else ""
-    ax.bar(x, cost_line, color="tab:green" if plan.allocation.name == "optimal" else "tab:blue")
-    ax.set_ylabel(f"cost of one answer ({cur})")
-    ax.set_title(
-        f"(c) Budget spent per query ({plan.allocation.name} allocation{objective})\n"
-        "the cells of a line share one cost; disjoint cells share the budget",
-        fontsize=11,
-        loc="left",
-    )
-    ax.grid(axis="y", alpha=0.3)
-    _xlabels(ax, x, labels)
+    if not one_cost:
+        ax = fig.add_subplot(gs[2])
+        cur = rows[0]["currency"] if rows else ""
+        objective = f", objective {plan.objective}" if plan.allocation.name == "optimal" else ""
+        ax.bar(x, cost_line, color="tab:green" if plan.allocation.name == "optimal" else "tab:blue")
+        ax.set_ylabel(f"cost of one answer ({cur})")
+        ax.set_title(
+            f"(c) Budget spent per query ({plan.allocation.name} allocation{objective})\n"
+            "the cells of a line share one cost; disjoint cells share the budget",
+            fontsize=11,
+            loc="left",
+        )
+        ax.grid(axis="y", alpha=0.3)
+        _xlabels(ax, x, labels)
     if title:
         fig.suptitle(title, fontsize=13)
+    return fig
+
+
+def plot_release(
+    plan,
+    rows,
+    path: str,
+    *,
+    table_line: int | None = None,
+    line_text: dict[int, str] | None = None,
+    title: str = "",
+    splits: list | None = None,
+) -> None:
+    """Two or three panels: (a) one released table with its intervals (the released
+    answers only, never a true count); (b) the expected error of each answer under
+    sequential, uniform and optimal allocation (with ``splits``, from
+    :func:`dpcurator.planner.compare_objectives`: the standard deviation of each answer
+    under each of them, the optimal one for every objective), allocations with the same
+    errors drawn as one line named for all of them, on a log axis whose every decade is
+    labelled; (c) the budget each answer cost, when the costs differ (else (b) says the
+    one cost)."""
+    import matplotlib.pyplot as plt
+
+    from dpcurator.cli.output import save_figure
+
+    fig = release_figure(
+        plan, rows, table_line=table_line, line_text=line_text, title=title, splits=splits
+    )
     try:
         save_figure(fig, path)
     finally:
@@ -256,7 +325,7 @@ def plot_release(
 def _xlabels(ax, x, labels) -> None:
     if len(labels) <= 45:
         ax.set_xticks(x)
-        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+        ax.set_xticklabels(labels, rotation=60, ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_xlabel("workload line (cells)")
     else:
         ax.set_xlabel(f"workload line (1 to {len(labels)})")

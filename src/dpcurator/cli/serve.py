@@ -1,8 +1,10 @@
 """``dpcurator serve``: the curator as an HTTP service (FastAPI on uvicorn).
 
 One process owns the data, the ledger and the budget; analysts reach it with bearer
-tokens (``dpcurator analysts add``). On start it prints ``listening on URL`` (flushed),
-so that a script can read the port when ``--port 0`` picked a free one.
+tokens (``dpcurator analysts add``). On start it says who can use it (how to add an
+analyst when the ledger has none; the token under ``--demo``), where the dashboard and
+the API's reference are, and last ``listening on URL`` (flushed), so that a script can
+read the port when ``--port 0`` picked a free one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import shlex
 import signal
 import socket
 import ssl
@@ -40,7 +43,7 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   burst = 40
   request_time_limit = 10       # seconds to decide one request (past it: 503, no charge)
   solver_time_limit = 5         # seconds of exact overlap checks per request
-  solver_threads = 2            # exact checks at once (each analyst's one at a time)
+  solver_threads = 4            # exact checks at once (each analyst's one at a time)
   max_cells = 50000             # cells of one histogram or marginal
   max_queries = 10000           # queries of one batch or workload (macros expanded)
   max_charges = 10000           # ledger rows one request may write
@@ -230,7 +233,7 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
         privacy_unit=privacy_unit,
         solver_time_limit=limit,
         request_time_limit=_positive(server, "request_time_limit", SERVER_REQUEST_TIME_LIMIT),
-        solver_threads=_positive(server, "solver_threads", 2, integer=True),
+        solver_threads=_positive(server, "solver_threads", 4, integer=True),
         limits=work,
         **loads[0],
         **options.backend_options(args),
@@ -255,6 +258,19 @@ def _stoppable_server(config: Any, curator: Any) -> Any:
             super().handle_exit(sig, frame)
 
     return Server(config, curator)
+
+
+def _analysts_line(curator: Any, ledger: str) -> str:
+    """Who can use the server, and how to add someone: a fresh ledger has no analyst,
+    and nothing else would tell the custodian that no request can be answered yet."""
+    add = f"dpcurator analysts add NAME --ledger {shlex.quote(ledger)}"
+    n = sum(1 for a in curator.ledger.credentials() if a.active)
+    if n == 0:
+        return (
+            f"analysts: none yet, so no request can be answered; add one with `{add}` "
+            "(it prints her token; this server sees her at her next request)"
+        )
+    return f"analysts: {n} with a working token; add another with `{add}`"
 
 
 class _Stopped(Exception):
@@ -348,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
         bound = sock.getsockname()[1]
         scheme = "https" if cert else "http"
         shown = f"[{host}]" if ":" in host else host
+        url = f"{scheme}://{shown}:{bound}"
         if token is not None:
             print(f"demo: the Adult sample under epsilon 1; ledger {ledger} (deleted on exit)")
             print(f"demo: analyst token (an administrator): {token}")
@@ -355,9 +372,12 @@ def run(args: argparse.Namespace) -> int:
                 f"demo: curl -H 'Authorization: Bearer {token}' "
                 "-H 'Content-Type: application/json' "
                 f"-d '{{\"query\": \"age < 30\", \"epsilon\": 0.1}}' "
-                f"{scheme}://{shown}:{bound}/v1/count"
+                f"{url}/v1/count"
             )
-        print(f"listening on {scheme}://{shown}:{bound}", flush=True)
+        else:
+            print(_analysts_line(curator, ledger))
+        print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
+        print(f"listening on {url}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,

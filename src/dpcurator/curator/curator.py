@@ -179,7 +179,7 @@ class Curator:
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         limits: requests.RequestLimits | None = None,
         request_time_limit: float | None = None,
-        solver_threads: int = 2,
+        solver_threads: int = 4,
     ) -> None:
         self._backends = dict(backends)
         self.limits = limits or requests.RequestLimits()
@@ -211,7 +211,7 @@ class Curator:
         allow_insecure: bool = False,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         request_time_limit: float | None = None,
-        solver_threads: int = 2,
+        solver_threads: int = 4,
         limits: requests.RequestLimits | None = None,
         backend: str = "duckdb",
         spark: object = None,
@@ -595,24 +595,19 @@ class Curator:
         attr = schema.attribute(requests.attribute_name(attribute, schema))
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
-        if bins is None:
-            if attr.size > self.limits.max_cells:
-                raise TooLarge(
-                    f"a histogram of {attr.size} cells exceeds the limit max_cells = "
-                    f"{self.limits.max_cells}: give bins="
-                )
-            spans = [(i, i + 1) for i in range(attr.size)]
-            covered = base
-            request = f"histogram({attr.name})"
-        else:
-            spans, _ = requests.histogram_bins(attr, bins, self.limits.max_cells)
-            covered = _and(base, {attr.name: tuple(spans)})
-            edges = [attr.min + a for a, _ in spans] + [attr.min + spans[-1][1]]
+        # the cells cover the whole domain (queries.histogram): the request covers `base`
+        covs = requests.histogram_bins(
+            attr, bins, self.limits.max_cells, f"max_cells = {self.limits.max_cells}"
+        )
+        request = f"histogram({attr.name})"
+        if bins is not None:  # the edges as charged: clamped to the domain
+            ends = [c[0] for c in covs if c[0][0] < attr.value_count]
+            edges = [attr.min + s for s, _ in ends] + [attr.min + ends[-1][1]]
             request = f"histogram({attr.name}, bins={edges})"
         if where is not None:
             request += f" where {base.text}"
-        cells, labels = _cells(base, ({attr.name: (s,)} for s in spans))
-        return Prepared(t, covered, cells, labels, "histogram", request, cost, 1)
+        cells, labels = _cells(base, ({attr.name: c} for c in covs))
+        return Prepared(t, base, cells, labels, "histogram", request, cost, 1)
 
     def _prepare_marginal(
         self,

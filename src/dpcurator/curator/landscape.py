@@ -28,7 +28,7 @@ import numpy as np
 from dpcurator.curator import requests
 from dpcurator.curator.cell_loss import Axis, grid_max_loss
 from dpcurator.curator.overlap_filter import Charge, OverlapFilter
-from dpcurator.errors import QueryError, TooLarge
+from dpcurator.errors import QueryError
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.predicates import render_coverage
 
@@ -67,20 +67,23 @@ def grid_axis(schema: Schema, name: object, edges: Sequence[int] | None = None) 
     width. Raises :class:`QueryError` or :class:`TooLarge` for bad or too many bins."""
     attr = schema.attribute(requests.attribute_name(name, schema))
     size = attr.size
-    if edges is not None:
-        spans, _labels = requests.histogram_bins(attr, edges)
-        if len(spans) > MAX_BINS:
-            raise TooLarge(f"{len(spans)} bins of {attr.name!r}: at most {MAX_BINS}")
-        pos = [spans[0][0]] + [e for _, e in spans]
-        return GridAxis(Axis(attr.name, tuple(pos)), tuple(_label(attr, s) for s in spans))
-    width = 1 if size <= MAX_BINS else math.ceil(size / MAX_BINS)
-    pos = [*range(0, size, width), size]
-    spans = list(itertools.pairwise(pos))
+    if edges is not None:  # a histogram's cells: the same rule as the histogram's
+        spans = [c[0] for c in requests.histogram_bins(attr, edges, MAX_BINS)]
+    elif size <= MAX_BINS:
+        spans = [(p, p + 1) for p in range(size)]
+    else:  # equal widths over the declared values; the missing value keeps its cell
+        m = attr.value_count
+        width = math.ceil(m / (MAX_BINS - (size - m)))
+        spans = list(itertools.pairwise([*range(0, m, width), m]))
+        spans += [(m, size)] if size > m else []
+    pos = [spans[0][0]] + [e for _, e in spans]
     return GridAxis(Axis(attr.name, tuple(pos)), tuple(_label(attr, s) for s in spans))
 
 
 def _label(attr, span: tuple[int, int]) -> str:
     s, e = span
+    if attr.missing_cell and s == attr.value_count:
+        return "missing"
     if e - s == 1:
         return str(attr.value(s))
     if attr.type == "integer":

@@ -1045,9 +1045,16 @@ class Ledger:
             _remove_sidecars(tmp)
 
     def close(self) -> None:
+        """Close the file. A TRUNCATE journal stays behind, empty, after every commit; on
+        the way out the connection switches to DELETE mode, which removes it once SQLite
+        holds the write lock (never while another connection writes through it), so no
+        empty ``-journal`` file is left beside the ledger."""
         with self._lock, self._auth_lock:
             if not self._closed:
                 self._closed = True
+                if self.durable:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("PRAGMA journal_mode=DELETE")
                 self._db.close()
                 if self._auth_db is not None:
                     self._auth_db.close()

@@ -19,7 +19,8 @@ from dpcurator.errors import InvalidParameter, QueryError, TooLarge
 from dpcurator.queries import Query, Schema, parse_query
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.boxes import MAX_BOXES
-from dpcurator.queries.predicates import Predicate, render_coverage
+from dpcurator.queries.histogram import cell_count, histogram_cells
+from dpcurator.queries.predicates import IntervalSet, Predicate
 
 #: The longest query text accepted (characters).
 MAX_QUERY_TEXT = 20_000
@@ -150,22 +151,21 @@ def integer(value: object, name: str) -> int:
 
 
 def histogram_bins(
-    attr: Any, bins: object, max_cells: int = MAX_CELLS
-) -> tuple[list[tuple[int, int]], list[str]]:
-    """Half-open integer bins as value-position spans, and a label for each bin."""
-    if attr.type != "integer":
-        raise QueryError(f"bins= needs an integer attribute; {attr.name!r} is categorical")
-    raw = bounded_list(bins, max_cells + 1, "bins")
-    edges = [integer(b, "every bin edge") for b in raw]
-    if len(edges) < 2 or any(b >= a for a, b in itertools.pairwise(edges[::-1])):
-        raise QueryError(f"bins must be at least two strictly increasing edges, got {edges!r}")
-    if edges[0] < attr.min or edges[-1] > attr.max + 1:
-        raise QueryError(
-            f"bins {edges[0]}..{edges[-1]} leave the domain of {attr.name!r} "
-            f"[{attr.min}, {attr.max}] (bins are half-open: the last edge may be max + 1)"
-        )
-    spans = [(a - attr.min, b - attr.min) for a, b in itertools.pairwise(edges)]
-    return spans, [render_coverage(attr, (s,)) for s in spans]
+    attr: Any, bins: object, max_cells: int = MAX_CELLS, limit: str | None = None
+) -> list[IntervalSet]:
+    """The cells of a histogram of ``attr`` (``bins`` None: one per value), each as its
+    coverage on ``attr``: the one rule of :mod:`dpcurator.queries.histogram`, once the
+    edges are checked to be integers (no more than ``max_cells`` of them are read).
+    ``limit`` names the limit in the refusal (``max_cells = N``)."""
+    edges = None
+    if bins is not None:
+        raw = bounded_list(bins, max_cells + 1, "bins")
+        edges = [integer(b, "every bin edge") for b in raw]
+    n = cell_count(attr, edges)
+    if n > max_cells:
+        give = ": give bins=" if bins is None and attr.type == "integer" else ""
+        raise TooLarge(f"a histogram of {n} cells exceeds the limit {limit or max_cells}{give}")
+    return histogram_cells(attr, edges)
 
 
 def clip_bounds(lower: object, upper: object) -> tuple[int, int]:

@@ -38,7 +38,7 @@ GRACE = 0.1
 class SolverPool:
     """Runs exact computations with bounded concurrency, per analyst and in all."""
 
-    def __init__(self, workers: int = 2, per_analyst: int = 1) -> None:
+    def __init__(self, workers: int = 4, per_analyst: int = 1) -> None:
         for name, v in (("workers", workers), ("per_analyst", per_analyst)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
                 raise InvalidParameter(f"{name} must be an integer in [1, 64], got {v!r}")

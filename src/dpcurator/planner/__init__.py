@@ -15,17 +15,21 @@ from dpcurator.planner.allocation import (
     uniform,
 )
 from dpcurator.planner.budget import PlanBudget, round_down
+from dpcurator.planner.comparison import (
+    Errors,
+    allocation_errors,
+    compare_objectives,
+    objective_values,
+    strategy_errors,
+)
 from dpcurator.planner.consistency import consistent
 from dpcurator.planner.plan import (
     OBJECTIVES,
-    Errors,
     FinalGuarantee,
     Plan,
-    compare_objectives,
     laplace_alternative,
     make_plan,
     objective_weights,
-    strategy_errors,
 )
 
 __all__ = [
@@ -37,11 +41,13 @@ __all__ = [
     "Plan",
     "PlanBudget",
     "allocate",
+    "allocation_errors",
     "compare_objectives",
     "consistent",
     "groups_of",
     "laplace_alternative",
     "make_plan",
+    "objective_values",
     "objective_weights",
     "optimal",
     "round_down",

@@ -40,7 +40,10 @@ class FinalGuarantee:
 
     ``epsilon``/``delta`` (pure or approximate DP), ``rho`` (zCDP) or ``mu`` (GDP) as the
     budget's kind; ``worst_point`` is a point whose queries' costs add up to the most
-    (``worst_queries`` of them); ``theorem`` names what proves it.
+    (``worst_queries`` of them); ``theorem`` names what proves it. ``total`` is that
+    point's total in the budget's additive currency (epsilon, rho or mu^2), exactly: the
+    sum of the exact costs the ledger charges, so that the guarantee a summary prints and
+    what the ledger says was spent are one figure, rounded one way.
     """
 
     kind: str  # "pure", "approx", "zcdp", "gdp"
@@ -53,6 +56,7 @@ class FinalGuarantee:
     worst_queries: int
     certified: bool  # the worst point's total came from the exact overlap solver
     within_budget: bool
+    total: Fraction | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -67,6 +71,8 @@ class FinalGuarantee:
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
+        if self.total is not None:
+            d["total_exact"] = str(self.total)
         return d
 
     def describe(self) -> str:
@@ -173,6 +179,10 @@ def _guarantee(
         Fraction(0),
     )
     total = float(res.value if res.exact else res.upper_bound)
+    # The exact total: the witness's exact costs, unless the solver's figure is above
+    # them by more than its own float rounding (an upper bound, not a witness's sum).
+    solver = Fraction(total)
+    exact_total = exact_sum if solver <= exact_sum * (1 + Fraction(1, 10**12)) else solver
     total = max(total, float(exact_sum))
     within = total <= budget.amount
     point = dict(res.witness)
@@ -195,6 +205,7 @@ def _guarantee(
             len(idx),
             cert,
             within,
+            exact_total,
         )
     if isinstance(g, ZCDP):
         return FinalGuarantee(
@@ -209,6 +220,7 @@ def _guarantee(
             len(idx),
             cert,
             within,
+            exact_total,
         )
     if isinstance(g, GDP):
         mu = math.sqrt(total)
@@ -224,9 +236,13 @@ def _guarantee(
             len(idx),
             cert,
             within and mu <= g.mu,
+            exact_total,
         )
     assert isinstance(g, ApproxDP)
-    return _approx_guarantee(queries, budget, values, noises, res, total, cert, time_limit)
+    return replace(
+        _approx_guarantee(queries, budget, values, noises, res, total, cert, time_limit),
+        total=exact_total,
+    )
 
 
 def _approx_guarantee(queries, budget, values, noises, res, rho_total, cert, time_limit):
@@ -364,124 +380,6 @@ def _optimal_for(
     if closed is not None:
         return closed
     return optimal(qs, wa, budget, time_limit=time_limit, start=start)
-
-
-@dataclass(frozen=True)
-class Errors:
-    """The expected squared errors of one allocation's answers: the exact variances of
-    the discrete noise at the costs as charged, unweighted."""
-
-    allocation: str  # sequential, uniform or optimal
-    objective: str | None  # what an optimal allocation minimised
-    variances: np.ndarray  # one per query
-    groups: np.ndarray  # the workload line (group) of each query
-    lines: tuple[int | None, ...]  # each query's workload line number
-    gap: float | None  # relative optimality gap for its objective (0: proven optimal)
-
-    @property
-    def label(self) -> str:
-        if self.objective is None:
-            return self.allocation
-        if self.allocation in ("sequential", "uniform", "optimal"):
-            return f"optimal ({self.objective})"
-        return f"{self.allocation} ({self.objective})"  # a strategy's least-squares answers
-
-    @property
-    def total(self) -> float:
-        """The total expected squared error over all answers."""
-        return float(self.variances.sum())
-
-    @property
-    def worst(self) -> float:
-        """The largest expected squared error of any answer."""
-        return float(self.variances.max())
-
-    @property
-    def per_table(self) -> float:
-        """The mean over workload lines of a line's mean expected squared error."""
-        n = np.bincount(self.groups)
-        return float(np.mean(np.bincount(self.groups, weights=self.variances) / n))
-
-    def line(self, line: int) -> float:
-        """The mean expected squared error of the answers of workload line ``line``."""
-        v = [x for x, ln in zip(self.variances, self.lines, strict=True) if ln == line]
-        if not v:
-            raise InvalidParameter(f"no query comes from line {line}")
-        return float(np.mean(v))
-
-    def to_dict(self, line: int | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "allocation": self.allocation,
-            "objective": self.objective,
-            "total_squared_error": self.total,
-            "worst_answer_squared_error": self.worst,
-            "per_table_squared_error": self.per_table,
-            "optimality_gap": self.gap,
-        }
-        if line is not None:
-            d["line"] = line
-            d["line_squared_error"] = self.line(line)
-        return d
-
-
-def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
-    """The expected errors of ``plan``'s queries under the sequential and uniform
-    allocations and the optimal one for each objective (in :data:`OBJECTIVES` order),
-    on the plan's budget. Reuses what the plan computed; solves the other objectives."""
-    from dpcurator.planner.allocation import groups_of
-
-    qs, w, budget = plan.queries, plan.weights, plan.budget
-    allocs = dict(plan.allocations)
-    if "uniform" not in allocs:
-        allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
-    if "sequential" not in allocs:
-        allocs["sequential"] = allocate("sequential", qs, w, budget)
-    groups = groups_of(qs)
-    lines = tuple(q.line for q in qs)
-
-    def errors(a: Allocation, objective: str | None) -> Errors:
-        cache: dict[int, float] = {}
-        var = np.array(
-            [
-                cache.setdefault(id(n), n.variance()) if id(n) not in cache else cache[id(n)]
-                for n in _noises(budget, _values(budget, a.costs))
-            ]
-        )
-        gap = None
-        if objective == "max":
-            gap = 0.0  # the equal split is optimal for the largest error (make_plan)
-        elif objective is not None and a.lower_bound:
-            gap = max(0.0, a.objective / a.lower_bound - 1)
-        return Errors(a.name, objective, var, groups, lines, gap)
-
-    out = [errors(allocs["sequential"], None), errors(allocs["uniform"], None)]
-    for o in OBJECTIVES:
-        if o == plan.objective and "optimal" in allocs:
-            a = allocs["optimal"]
-        else:
-            a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit)
-        out.append(errors(a, o))
-    return out
-
-
-def strategy_errors(plan: Plan) -> list[Errors]:
-    """The chosen strategy's answers' expected errors, as :class:`Errors` (allocation:
-    the strategy's name; objective: the plan's), or [] when the strategy is direct."""
-    from dpcurator.planner.allocation import groups_of
-
-    if plan.strategy is None:
-        return []
-    lines = tuple(q.line for q in plan.queries)
-    return [
-        Errors(
-            plan.strategy.name,
-            plan.objective,
-            plan.strategy.variances.copy(),
-            groups_of(plan.queries),
-            lines,
-            None,
-        )
-    ]
 
 
 def make_plan(

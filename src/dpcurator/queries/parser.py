@@ -24,6 +24,7 @@ from dpcurator.errors import QueryError, TooLarge, WorkloadError
 from dpcurator.queries import boxes as bx
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.boolean import make as make_query
+from dpcurator.queries.histogram import cell_count, histogram_cells
 from dpcurator.queries.predicates import (
     KEYWORDS,
     IntervalSet,
@@ -31,6 +32,7 @@ from dpcurator.queries.predicates import (
     Query,
     complement,
     normalize,
+    render_name,
 )
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -278,12 +280,12 @@ class _Parser:
                 self.next()
                 neg = True
             self.expect("kw", "NULL", "NULL after IS [NOT]")
-            if attr.missing is None:
+            pos = attr.missing_position
+            if pos is None:
                 raise QueryError(
-                    f"column {op.col}: attribute {attr.name!r} declares no missing-value "
-                    'marker, so IS NULL means nothing here (a schema declares one with "missing")'
+                    f"column {op.col}: attribute {attr.name!r} may not be missing, so IS NULL "
+                    'means nothing here (a schema says it may with "missing": a value)'
                 )
-            pos = attr.position(attr.missing)
             cov: IntervalSet = ((pos, pos + 1),)
             if neg:
                 cov = complement(cov, attr.size)
@@ -325,14 +327,15 @@ class _Parser:
             cov: IntervalSet = ((pos, pos + 1),)
             return self.single(attr, cov if op == "=" else complement(cov, size))
         self.require_ordered(attr, at)
+        end = attr.value_count  # a range never includes the missing value's own cell
         if op == "<":
             cov = ((0, self.bound(attr, value, up=False)),)
         elif op == "<=":
             cov = ((0, self.bound(attr, value, up=True)),)
         elif op == ">":
-            cov = ((self.bound(attr, value, up=True), size),)
+            cov = ((self.bound(attr, value, up=True), end),)
         else:
-            cov = ((self.bound(attr, value, up=False), size),)
+            cov = ((self.bound(attr, value, up=False), end),)
         return self.single(attr, normalize(cov))
 
     def literal(self, attr: Attribute, tok: _Tok) -> int | str:
@@ -367,6 +370,11 @@ class _Parser:
         """The position of a value that must be in the domain (=, IN): a typo must not
         silently spend budget on nothing."""
         value = self.literal(attr, tok)
+        if attr.missing_cell and type(value) is type(attr.missing) and value == attr.missing:
+            raise QueryError(
+                f"column {tok.col}: {tok.text} is how the data marks a missing "
+                f"{attr.name!r}, not one of its values: write {render_name(attr.name)} IS NULL"
+            )
         try:
             return attr.position(value)
         except KeyError:
@@ -387,7 +395,7 @@ class _Parser:
         if attr.type == "integer":
             assert isinstance(value, int)
             boundary = value - attr.min + (1 if up else 0)
-            return min(max(boundary, 0), attr.size)
+            return min(max(boundary, 0), attr.value_count)
         return self.exact_value(attr, tok) + (1 if up else 0)
 
     def require_ordered(self, attr: Attribute, tok: _Tok) -> None:
@@ -485,42 +493,25 @@ def _expand(
         if name not in schema:
             raise QueryError(f"unknown attribute {name!r}")
         attr = schema.attribute(name)
-        if bins_text is None:
-            if attr.size > room:
-                raise TooLarge(
-                    f"histogram({name}) would have {attr.size} bins; the workload may hold "
-                    f"{room} more queries"
-                )
-            out = []
-            for p in range(attr.size):
-                pred, text = _value_predicate(attr, p)
-                preds: tuple[Predicate, ...] = (pred,) if pred is not None else ()
-                out.append(Query(schema, preds, text or "total", line))
-            return out
-        if attr.type != "integer":
-            raise QueryError(f"bins need an integer attribute; {name!r} is categorical")
-        try:
-            edges = [int(x) for x in bins_text.split(",") if x.strip()]
-        except ValueError:
-            raise QueryError(f"bins must be integers: [{bins_text}]") from None
-        if len(edges) < 2:
-            raise QueryError("bins need at least two edges")
-        if len(edges) - 1 > room:
+        edges: list[int] | None = None
+        if bins_text is not None:
+            try:
+                edges = [int(x) for x in bins_text.split(",") if x.strip()]
+            except ValueError:
+                raise QueryError(f"bins must be integers: [{bins_text}]") from None
+        bins = cell_count(attr, edges)
+        if bins > room:
             raise TooLarge(
-                f"histogram({name}) would have {len(edges) - 1} bins; the workload may hold "
-                f"{room} more queries"
-            )
-        if any(b <= a for a, b in itertools.pairwise(edges)):
-            raise QueryError("bin edges must increase strictly")
-        if edges[0] > attr.min or edges[-1] <= attr.max:
-            raise QueryError(
-                f"bins [{edges[0]}, {edges[-1]}) must cover {name!r} [{attr.min}, {attr.max}]"
+                f"histogram({name}) would have {bins} bins; the workload may hold {room} more "
+                "queries"
             )
         out = []
-        for a, b in itertools.pairwise(edges):
-            s = min(max(a, attr.min), attr.max + 1) - attr.min
-            e = min(max(b, attr.min), attr.max + 1) - attr.min
-            out.append(Query.from_coverages(schema, {name: ((s, e),) if s < e else ()}, line=line))
+        for cov in histogram_cells(attr, edges):
+            if cov == ((0, attr.size),):  # a one-value domain: the whole table
+                out.append(Query(schema, (), "total", line))
+            else:
+                pred = Predicate(attr, cov)
+                out.append(Query(schema, (pred,), pred.to_text(), line))
         return out
     names = [n.strip().strip('"') for n in inner.split(",")]
     if not names or any(not n for n in names):

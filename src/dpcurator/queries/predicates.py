@@ -178,23 +178,45 @@ def render_name(name: str) -> str:
 
 
 def render_coverage(attr: Attribute, cov: IntervalSet) -> str:
-    """Shortest-ish text for a coverage: ``=``, ``BETWEEN``, ``IN``, ``NOT IN`` or an OR of ranges."""
+    """Shortest-ish text for a coverage: ``=``, ``BETWEEN``, ``IN``, ``NOT IN``, ``IS [NOT]
+    NULL`` or an OR of them; it parses back to ``cov``."""
     name = render_name(attr.name)
     if not cov:
         return f"{name} IN ()"
-    size = attr.size
+    if not attr.missing_cell:
+        return _render_values(attr, cov, attr.size)
+    # The missing value's own cell (the last position) is only ever named by IS NULL:
+    # ranges stop before it, and NOT IN / != take it in.
+    m = attr.value_count
+    values, null = intersect(cov, ((0, m),)), contains(cov, m)
+    if not values:
+        return f"{name} IS NULL"
+    if values == ((0, m),):
+        return f"{name} IS NOT NULL" if not null else f"({name} IS NULL OR {name} IS NOT NULL)"
+    n = measure(values)
+    if not attr.ordered and 2 * n > m:  # NOT IN (the others): the missing value included
+        text = _render_values(attr, union(values, ((m, m + 1),)), attr.size)
+        return text if null else f"({text} AND {name} IS NOT NULL)"
+    alternatives = [f"{name} IS NULL"] if null else []
+    return _render_values(attr, values, m, complements=False, alternatives=alternatives)
+
+
+def _render_values(
+    attr: Attribute,
+    cov: IntervalSet,
+    size: int,
+    *,
+    complements: bool = True,
+    alternatives: Sequence[str] = (),
+) -> str:
+    """``cov`` (declared values only, or a whole domain of ``size`` positions) as text,
+    ORed with ``alternatives``; ``complements=False`` never uses ``NOT IN`` (which would
+    take the missing value's cell in)."""
+    name = render_name(attr.name)
     n = measure(cov)
     if not attr.ordered:
-        if n == 1:
-            return f"{name} = {_lit(attr, cov[0][0])}"
-        if 2 * n > size:
-            comp = complement(cov, size)
-            vals = [_lit(attr, p) for s, e in comp for p in range(s, e)]
-            return (
-                f"{name} != {vals[0]}" if len(vals) == 1 else f"{name} NOT IN ({', '.join(vals)})"
-            )
-        vals = [_lit(attr, p) for s, e in cov for p in range(s, e)]
-        return f"{name} IN ({', '.join(vals)})"
+        text = _render_set(attr, cov, size, n, complements)
+        return f"({' OR '.join([text, *alternatives])})" if alternatives else text
     parts = []
     for s, e in cov:
         if e - s == 1:
@@ -207,9 +229,23 @@ def render_coverage(attr: Attribute, cov: IntervalSet) -> str:
             parts.append(f"{name} >= {_lit(attr, s)}")
         else:
             parts.append(f"{name} BETWEEN {_lit(attr, s)} AND {_lit(attr, e - 1)}")
+    parts += alternatives
     if len(parts) == 1:
         return parts[0]
     return "(" + " OR ".join(parts) + ")"
+
+
+def _render_set(attr: Attribute, cov: IntervalSet, size: int, n: int, complements: bool) -> str:
+    """An unordered attribute's coverage: ``=``, ``IN``, ``!=`` or ``NOT IN``."""
+    name = render_name(attr.name)
+    if n == 1:
+        return f"{name} = {_lit(attr, cov[0][0])}"
+    if complements and 2 * n > size:
+        comp = complement(cov, size)
+        vals = [_lit(attr, p) for s, e in comp for p in range(s, e)]
+        return f"{name} != {vals[0]}" if len(vals) == 1 else f"{name} NOT IN ({', '.join(vals)})"
+    vals = [_lit(attr, p) for s, e in cov for p in range(s, e)]
+    return f"{name} IN ({', '.join(vals)})"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,15 @@ class Attribute:
     ``integer``: the inclusive range ``[min, max]`` (always ordered).
     ``categorical``: a list of distinct string values; ``ordered`` allows ranges, which
     compare values by their position in ``values``.
+
+    ``missing``: the attribute may be missing, and this is its missing value (what
+    ``IS NULL`` means, and what blank and NULL cells load as). A declared value (a
+    categorical's ``"?"``, an integer inside ``[min, max]``) is that value's cell;
+    anything else (``-1`` below ``min``, ``"NA"``, ``""``, a categorical's undeclared
+    ``"Unknown"``) is one more cell after the declared values, position
+    :attr:`value_count`, which no range includes. Either way the missing value is a
+    cell of the domain like any other: ``NOT`` and ``!=`` include it, so a query and its
+    negation always partition the rows.
     """
 
     name: str
@@ -48,6 +57,8 @@ class Attribute:
     ordered: bool = False
     missing: int | str | None = None  # the value that means "missing" (IS NULL)
     _index: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+    #: Whether the missing value is a cell of its own, after the declared values.
+    _extra: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -86,24 +97,58 @@ class Attribute:
                 f"attribute {self.name!r}: unknown type {self.type!r} "
                 "(expected 'integer' or 'categorical')"
             )
+        object.__setattr__(self, "_extra", False)  # derived below, whatever was passed
         if self.missing is not None:
-            try:
-                self.position(self.missing)
-            except KeyError:
+            m = self.missing
+            if self.type == "integer" and (
+                isinstance(m, bool) or not isinstance(m, int | str)
+            ):
                 raise SchemaError(
-                    f"attribute {self.name!r}: its missing-value marker {self.missing!r} is "
-                    "not one of its values"
-                ) from None
+                    f"attribute {self.name!r}: its missing value must be an integer (e.g. "
+                    f"{self.min - 1}, below min) or text (e.g. \"NA\"), got {m!r}"
+                )
+            if self.type == "categorical" and not isinstance(m, str):
+                raise SchemaError(
+                    f"attribute {self.name!r}: its missing value must be text, like its "
+                    f"values (e.g. \"?\"), got {m!r}"
+                )
+            declared = (
+                isinstance(m, int) and self.min <= m <= self.max
+                if self.type == "integer"
+                else m in self._index
+            )
+            object.__setattr__(self, "_extra", not declared)
 
     @property
-    def size(self) -> int:
-        """Number of values in the domain."""
+    def value_count(self) -> int:
+        """Number of declared values: positions ``0 .. value_count - 1`` (the ordered
+        part of the domain, where ranges live)."""
         if self.type == "integer":
             return self.max - self.min + 1
         return len(self.values)
 
+    @property
+    def size(self) -> int:
+        """Number of values in the domain (the declared ones and, when the missing
+        value is not one of them, its own cell)."""
+        return self.value_count + (1 if self._extra else 0)
+
+    @property
+    def missing_position(self) -> int | None:
+        """Position of the missing value (None if the attribute may not be missing)."""
+        if self.missing is None:
+            return None
+        return self.value_count if self._extra else self.position(self.missing)
+
+    @property
+    def missing_cell(self) -> bool:
+        """Whether the missing value is a cell of its own, after the declared values."""
+        return self._extra
+
     def position(self, value: int | str) -> int:
         """Position of ``value`` in the domain; :class:`KeyError` if it is not there."""
+        if self._extra and type(value) is type(self.missing) and value == self.missing:
+            return self.value_count
         if self.type == "integer":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise KeyError(value)
@@ -118,6 +163,9 @@ class Attribute:
         """The value at ``position`` (the inverse of :meth:`position`)."""
         if not 0 <= position < self.size:
             raise IndexError(position)
+        if position == self.value_count:  # the missing value's own cell
+            assert self.missing is not None
+            return self.missing
         if self.type == "integer":
             return self.min + position
         return self.values[position]

@@ -24,6 +24,7 @@ from dpcurator.curator import AnalystSession, Answer, Curator, DerivedAnswer, Ta
 from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
+from dpcurator.service import request_errors
 from dpcurator.service.limits import BodySizeLimit, Limits, RateLimiter
 
 log = logging.getLogger("dpcurator.service")
@@ -39,6 +40,12 @@ STATUS = {
     "not_found": 404,
     "unsupported_media_type": 415,
 }
+
+#: Where an analyst finds the routes (said by / and by a 404).
+_MAP = (
+    "the API is described at /docs (OpenAPI: /openapi.json), the budget dashboard is at "
+    "/dashboard, and every /v1 route but /v1/health needs Authorization: Bearer TOKEN"
+)
 
 #: Request fields holding a query, a condition or attribute names: a value of the wrong
 #: type there is an ``invalid_query``, as the in-process session reports it.
@@ -138,7 +145,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         title="dpcurator",
         version="1",
         description="Differentially private counts, histograms, marginals and sums under "
-        "an overlap-aware budget. Every route but /v1/health and this document needs "
+        "an overlap-aware budget. Every route but /, /v1/health and this document needs "
         "`Authorization: Bearer TOKEN`.",
         responses={
             400: {"model": m.ErrorOut},
@@ -177,7 +184,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         return _error(STATUS.get(err.reason, 400), err.reason, str(err), **retry)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         first = err.errors()[0] if err.errors() else {}
         if isinstance(first.get("input"), bytes):  # a body not declared as JSON, unread
             return _error(
@@ -185,21 +192,21 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
                 "unsupported_media_type",
                 "send the body as JSON, with Content-Type: application/json",
             )
-        loc = tuple(first.get("loc", ()))
-        if loc and loc[0] in ("body", "query", "path", "header"):
-            loc = loc[1:]  # where the field was sent: its name says enough
+        model = request_errors.body_model(request.scope.get("route"))
+        field, message = request_errors.describe(err.errors(), model, err.body)
         # a query, condition or attribute that is not text: what the curator calls it
-        reason = "invalid_query" if loc and loc[0] in _QUERY_FIELDS else "invalid_request"
-        where = ".".join(str(x) for x in loc)
-        what = first.get("msg", "invalid request")
-        return _error(422, reason, f"{where}: {what}" if where else what)
+        reason = "invalid_query" if field in _QUERY_FIELDS else "invalid_request"
+        return _error(422, reason, message)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
         reason = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
             err.status_code, "http_error"
         )
-        return _error(err.status_code, reason, str(err.detail))
+        message = str(err.detail)
+        if err.status_code == 404 and message == "Not Found":  # no such route
+            message = f"no route {request.url.path[:200]!r}; {_MAP}"
+        return _error(err.status_code, reason, message)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:
@@ -210,6 +217,18 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         return AnalystSession(curator, who.name)
 
     # --- routes -------------------------------------------------------------------------
+
+    @app.get("/", tags=["service"])
+    def index() -> dict[str, str]:
+        """Where things are: the API's reference, its schema, the dashboard."""
+        return {
+            "service": "dpcurator",
+            "api": "/docs",
+            "openapi": "/openapi.json",
+            "dashboard": "/dashboard",
+            "health": "/v1/health",
+            "message": _MAP,
+        }
 
     @app.get("/v1/health", response_model=m.HealthOut, tags=["service"])
     def health() -> m.HealthOut:
