@@ -557,7 +557,8 @@ def test_processes_creating_one_new_ledger_agree(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith((".new", ".tmp"))]
 
 
-def test_verifying_ten_thousand_charges_is_fast(tmp_path):
+def test_ten_thousand_charges_verify_on_open(tmp_path):
+    """(How long verification takes is measured in benchmarks/curator.py, not here.)"""
     path = tmp_path / "l.db"
     led = Ledger(path, IDENTITY)
     with led.transaction():
@@ -573,11 +574,10 @@ def test_verifying_ten_thousand_charges_is_fast(tmp_path):
                 noise="discrete_laplace(100000)",
             )
     led.close()
-    t = time.perf_counter()
     led = Ledger(path, IDENTITY)
-    elapsed = time.perf_counter() - t
     assert led.head[0] == 10_000
-    assert elapsed < 2.0  # about 0.1 s on a laptop core; lenient for loaded CI machines
+    assert len(led.charges_after(9_990)) == 10
+    led.close()
 
 
 def test_a_running_ledger_backs_up_and_names_itself_when_tampered(tmp_path):

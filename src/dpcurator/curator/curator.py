@@ -145,9 +145,11 @@ class Estimate:
     exact: bool
 
 
-#: Seconds the answers of one request may spend making their remaining figures exact on
-#: small grids (past it, the levels' bound: a large batch stays quick).
-QUICK_REMAINING = 0.05
+#: How many of one request's answers (distinct coverages) may have their remaining
+#: figures made exact on a small grid (a few milliseconds each); the others get the
+#: levels' bound, so that a large batch stays quick and the figures do not depend on
+#: timing.
+QUICK_GRIDS = 32
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -1120,11 +1122,10 @@ class Curator:
             fork = self._filter.fork()
         done: dict[tuple, Remaining] = {}
         out = []
-        grids_until = time.monotonic() + QUICK_REMAINING
         for q in queries:
             key = coverage_key(q)
             if key not in done:
-                grid = time.monotonic() < grids_until  # then the levels alone
+                grid = len(done) < QUICK_GRIDS  # then the levels alone
 
                 def spent(who: str | None, q: Query = q, grid: bool = grid) -> Loss:
                     return fork.quick_spent_on(table, q, who, grid=grid)
