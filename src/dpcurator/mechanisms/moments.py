@@ -38,6 +38,7 @@ standard deviation at the released values: an approximation.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -135,10 +136,10 @@ class MomentsMechanism:
     def noises(self) -> tuple[Noise, ...]:
         return (self.count, self.total) + (() if self.squares is None else (self.squares,))
 
-    def noisy(self, exact: list[tuple[int, int, int | None]], rng: RandomSource) -> list[tuple]:
+    def noisy(self, exact: Sequence[tuple[int, ...]], rng: RandomSource) -> list[tuple[int, ...]]:
         """(N, S[, T]) of every group plus independent exact noise, one draw each."""
         g = len(exact)
-        draws = [np.atleast_1d(z.sample(size=g, rng=rng)) for z in self.noises]
+        draws = [np.atleast_1d(np.asarray(z.sample(size=g, rng=rng))) for z in self.noises]
         out = []
         for i, row in enumerate(exact):
             out.append(tuple(int(v) + int(d[i]) for v, d in zip(row, draws, strict=False)))
