@@ -258,3 +258,20 @@ def test_statistic_answers_are_exact_fractions_of_the_budget(table):
         assert c.remaining() == 0.0
         with pytest.raises(BudgetExceeded):
             c.median("age", epsilon=Fraction(1, 10**9))
+
+
+def test_a_workload_with_statistics_is_one_all_or_nothing_release(table, tmp_path):
+    ledger = tmp_path / "l.db"
+    with open_(table, ledger=ledger) as c:
+        plan, answers = c.release_workload(
+            "age < 30\nmean(age, 17, 90, where=age < 30, by=sex)\nmedian(edu, by=sex)\nhistogram(sex)"
+        )
+        assert plan.strategy is None and len(answers) == 5
+        assert answers[1].statistic == "mean" and len(answers[1]) == 2
+        assert answers[2].statistic == "quantile" and answers[2].results[0].value in EDU
+        assert [a.charge_id for a in answers] == [1, 2, 3, 4, 5]
+        assert charges(ledger) == 5
+        assert c.remaining() < 1e-5  # planned over the maximum overlap: all spent
+        with pytest.raises(InvalidParameter, match="strategy='direct'"):
+            c.release_workload("median(age)", strategy="tree")
+        assert charges(ledger) == 5

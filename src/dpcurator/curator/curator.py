@@ -45,12 +45,8 @@ from dpcurator.curator.overlap_filter import (
     coverage_key,
 )
 from dpcurator.curator.solver_pool import SolverPool
-from dpcurator.curator.statistics import (
-    STATISTICS,
-    PreparedStatistic,
-    SessionStatistics,
-    StatisticRequests,
-)
+from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
+from dpcurator.curator.statistics import STATISTICS
 from dpcurator.curator.timing import timed as _timed
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
@@ -764,7 +760,7 @@ class Curator(StatisticRequests):
         epsilon=0.1)``).
         """
         if kind in STATISTICS:
-            return self._estimate_statistic(self._prepare_statistic(kind, args), _analyst)
+            return self._estimate_statistic(kind, args, _analyst)
         p = self._prepare(kind, args)
         self._quota(_analyst)
         noise, half = self._noise(p.cost, p.sensitivity * self._k)
@@ -806,53 +802,6 @@ class Curator(StatisticRequests):
             )
         assert d is not None
         return d
-
-    def _estimate_statistic(self, p: PreparedStatistic, analyst: str | None) -> Estimate:
-        """A statistic's estimate: the moments' sum noise (and the statistic's error scale)
-        or the selection's rank-error bounds, in rows."""
-        self._quota(analyst)
-        d = self._decide(p.table, p.covered, p.cost.amount, analyst)
-        common = {
-            "kind": p.kind,
-            "request": p.request,
-            "cells": p.results,
-            "cost": self.budget.display(p.cost.amount),
-            "currency": self.budget.currency,
-            "admitted": d.admitted,
-            "exact": d.exact,
-        }
-        if p.moments is not None:
-            total = p.moments.total
-            name, param = _describe(total)
-            scale = p.moments.error_scale()
-            what = "variance" if p.kind == "stdev" else p.kind
-            return Estimate(
-                **common,
-                noise=name,
-                noise_parameter=param,
-                expected_abs_error=total.expected_abs(),
-                half_width=total.interval(0.05),
-                error_scale=scale,
-                error=f"the {what}'s standard error is at most {scale:.4g} / n in a group of "
-                "n rows (first order, wherever the values lie within the bounds)",
-            )
-        m = p.selections[0]
-        bound = max(
-            s.rank_error_bound(len(p.candidates), r, Fraction(1, 20))
-            for s, r in zip(p.selections, p.qs, strict=True)
-        )
-        return Estimate(
-            **common,
-            noise=m.name,
-            noise_parameter=float(m.epsilon),
-            expected_abs_error=max(
-                s.expected_rank_error(len(p.candidates), r)
-                for s, r in zip(p.selections, p.qs, strict=True)
-            ),
-            half_width=bound,
-            error=f"with probability 0.95 each result is within {bound} rows of its "
-            "quantile's rank (beyond the best candidate's: 0 when every value is one)",
-        )
 
     @_timed
     def release(
@@ -1009,6 +958,13 @@ class Curator(StatisticRequests):
                 "strategies other than direct are planned for one row per person; this "
                 "curator has a privacy unit of several rows"
             )
+        if wl.statistics:  # statistics are measured themselves: the direct strategy
+            if strategy not in ("auto", "direct"):
+                raise InvalidParameter(
+                    f"strategy {strategy!r} measures counts; a workload with statistics "
+                    "(mean, quantile, ...) is released directly: use strategy='direct'"
+                )
+            strategy = "direct"
         plan = make_plan(
             wl.queries,
             wl.weights,
@@ -1021,6 +977,8 @@ class Curator(StatisticRequests):
         )
         if plan.strategy is not None:
             return plan, self._release_strategy(plan, t, _analyst)
+        if wl.statistics:
+            return plan, self._release_mixed(plan, wl.statistics, t, _analyst)  # type: ignore[return-value]
         answers = self.release(
             list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
         )

@@ -44,6 +44,7 @@ import numpy as np
 from dpcurator.errors import InvalidParameter
 from dpcurator.mechanisms.randomness import INT64_LIMIT, RandomSource
 from dpcurator.mechanisms.selection import exponential_mechanism, permute_and_flip
+from dpcurator.queries.statistics import MAX_Q_DENOMINATOR, quantile_fraction
 
 __all__ = [
     "MAX_Q_DENOMINATOR",
@@ -54,28 +55,8 @@ __all__ = [
     "rank_scores",
 ]
 
-#: A quantile q is read as its decimal, with at most six decimal places.
-MAX_Q_DENOMINATOR = 10**6
 #: Bits of a rational epsilon derived from rho or mu (rounded down on this grid).
 _EPS_BITS = 30
-
-
-def quantile_fraction(q: object, name: str = "q") -> Fraction:
-    """q in [0, 1] as the exact decimal it is written as (0.25 is 1/4), at most six
-    decimal places (so that scores stay small integers)."""
-    if isinstance(q, bool) or not isinstance(q, int | float | Fraction):
-        raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
-    if isinstance(q, float):
-        if not math.isfinite(q):
-            raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
-        f = Fraction(repr(q))
-    else:
-        f = Fraction(q)
-    if not 0 <= f <= 1:
-        raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
-    if MAX_Q_DENOMINATOR % f.denominator:
-        raise InvalidParameter(f"{name} may have at most six decimal places, got {q!r}")
-    return f
 
 
 def quantile_sensitivity(q: Fraction, k: int = 1) -> int:
