@@ -199,7 +199,8 @@ BAD = [
     (lambda c: c.mean("age", 0, 5, by="age", epsilon=0.1), QueryError),
     (lambda c: c.mean("age", 0, 5, by=["sex", "sex"], epsilon=0.1), QueryError),
     (lambda c: c.mean("age", 0, 5, by=[["sex"]], epsilon=0.1), QueryError),
-    (lambda c: c.mean("age", 0, 5, by=7, epsilon=0.1), InvalidParameter),
+    (lambda c: c.mean("age", 0, 5, by=7, epsilon=0.1), QueryError),
+    (lambda c: c.mean("age", 0, 5, by=["sex"] * 9, epsilon=0.1), TooLarge),
     (lambda c: c.mean("age", 0, 5, "age <", epsilon=0.1), QueryError),
     (lambda c: c.variance("age", 0, 2**40, epsilon=0.1), InvalidParameter),
     (lambda c: c.mean("age", 0, 10**30, epsilon=1e-9), InvalidParameter),  # pure noise

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -132,6 +132,8 @@ class StatisticCore:
         """The ``by`` attribute names and the label of every group cell."""
         if by is None:
             return (), ("",)
+        if isinstance(by, bytes) or not isinstance(by, str | Iterable):
+            raise QueryError(f"by must be an attribute name or a list of them, got {by!r}")
         names = [by] if isinstance(by, str) else requests.bounded_list(by, len(schema), "by")
         if not names:
             return (), ("",)
