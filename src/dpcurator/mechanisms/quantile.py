@@ -19,8 +19,9 @@ quantile has the same sensitivity and is never smaller (docs/aggregations.md).
 rate eta = epsilon / (2 Delta) by :mod:`dpcurator.mechanisms.selection`:
 
 * a pure-DP cost epsilon: permute-and-flip, epsilon-DP (McKenna & Sheldon 2020, Thm 1);
-* a zCDP cost rho: the exponential mechanism at epsilon = sqrt(8 rho) (rounded down),
-  epsilon^2/8 = rho -zCDP (Cesar & Rogers 2021, Lemma 3.2);
+* a zCDP cost rho: the exponential mechanism at epsilon = sqrt(8 rho) (rounded down):
+  epsilon-bounded range (Dong, Durfee & Rogers 2020, Prop. 2), so epsilon^2/8 <= rho
+  -zCDP (Cesar & Rogers 2021, Lemma 3.2);
 * a Gaussian-DP cost mu: permute-and-flip at the largest epsilon whose epsilon-DP implies
   mu-GDP, mu >= -2 Phi^-1(1/(1 + e^epsilon)) (docs/design.md §3), certified.
 

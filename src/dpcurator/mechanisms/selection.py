@@ -8,13 +8,13 @@ scores' sensitivity, see :mod:`dpcurator.mechanisms.quantile`):
   a uniformly random order and return the first whose coin, of probability
   exp(-eta g_i), succeeds. It is (2 eta Delta)-DP for scores of sensitivity Delta
   (McKenna & Sheldon 2020, Thm 1), and its expected gap is never larger than the
-  exponential mechanism's at the same epsilon (ibid., Thm 2). It equals report-noisy-max
-  with exponential noise (Ding, Kifer, Steinke, Wang, Xiao, Zhang & Zhang 2021, "The
-  permute-and-flip mechanism is identical to report-noisy-max with exponential noise").
+  exponential mechanism's at the same epsilon (McKenna & Sheldon 2020). It equals
+  report-noisy-max with exponential noise (Ding, Kifer, Saghaian, Steinke, Wang, Xiao &
+  Zhang 2021).
 * **the exponential mechanism** (McSherry & Talwar, FOCS 2007): P(i) proportional to
-  exp(-eta g_i); (2 eta Delta)-DP (Dwork & Roth 2014, Thm 3.10) and, being
-  (2 eta Delta)-bounded range, (2 eta Delta)^2/8-zCDP (Cesar & Rogers 2021, Lemma 3.2;
-  bounded range: Durfee & Rogers 2019), which is why zCDP budgets use it.
+  exp(-eta g_i); (2 eta Delta)-DP (Dwork & Roth 2014, Thm 3.10) and (2 eta Delta)-bounded
+  range (Dong, Durfee & Rogers 2020, Prop. 2), hence (2 eta Delta)^2/8-zCDP (Cesar &
+  Rogers 2021, Lemma 3.2), which is why zCDP budgets use it.
 
 Exactness (docs/design.md §9: no floating-point number decides a sample):
 
