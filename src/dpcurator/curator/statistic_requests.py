@@ -13,10 +13,15 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpcurator.curator.answers import StatisticAnswer
-from dpcurator.curator.statistics import StatisticCore
+from dpcurator.curator import requests
+from dpcurator.curator.admission import Request
+from dpcurator.curator.answers import Answer, StatisticAnswer
+from dpcurator.curator.statistics import PreparedStatistic, StatisticCore, record
 from dpcurator.curator.timing import timed
+from dpcurator.errors import TooLarge
+from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
 from dpcurator.queries import Query
+from dpcurator.queries.boolean import BooleanQuery
 
 
 class StatisticRequests(StatisticCore):
@@ -208,6 +213,92 @@ class StatisticRequests(StatisticCore):
             table=table,
         )
         return self._release_statistic(p, _analyst)
+
+    def _release_mixed(
+        self, plan: Any, specs: Sequence[Any], table: str, analyst: str | None
+    ) -> list[Answer | StatisticAnswer]:
+        """A planned workload with statistic lines, all or nothing: every count and every
+        statistic at its planned cost in one committed transaction (a statistic line is
+        one measurement on the points it reads), then one scan for the counts and one
+        aggregate per statistic."""
+        self._quota(analyst)  # type: ignore[attr-defined]
+        schema = self._schema(table)  # type: ignore[attr-defined]
+        cur = self.budget.currency
+        if len(plan.queries) > self.limits.max_charges:
+            raise TooLarge(
+                f"a workload of {len(plan.queries)} lines' queries would write as many ledger "
+                f"rows, over the limit max_charges = {self.limits.max_charges}"
+            )
+        batch: list[Request] = []
+        counted: list[tuple[int, Query | BooleanQuery, Any, int]] = []
+        stats: list[tuple[int, PreparedStatistic]] = []
+        for i, (q, spec, value) in enumerate(zip(plan.queries, specs, plan.values, strict=True)):
+            if spec is None:  # every noise and limit before the charge
+                cost = self.budget.cost(**{cur: value})
+                noise, half = self._noise(cost, self._k)  # type: ignore[attr-defined]
+                cq = requests.canonical_query(q, schema)
+                counted.append((i, cq, noise, half))
+                batch.append(Request(cq, cost.amount, "workload", cq.text or "total", str(noise)))  # type: ignore[arg-type]
+            else:
+                p = self._prepare_statistic(spec.kind, {**spec.args(), cur: value, "table": table})
+                stats.append((i, p))
+                batch.append(Request(p.covered, p.cost.amount, p.kind, p.request, p.noise))  # type: ignore[arg-type]
+        values: dict[int, object] = {}
+
+        def answers() -> list[object]:
+            # measured once admitted; released once committed
+            be = self._backends[table]
+            truth = be.counts([cq for _, cq, _, _ in counted]) if counted else []
+            records: dict[int, object] = {}
+            for (i, cq, noise, _), t in zip(counted, truth, strict=True):
+                values[i] = int(t) + int(noise.sample(rng=self._rng))
+                records[i] = {cq.text or "total": values[i]}
+            for i, p in stats:
+                results = self._measure(p)
+                values[i] = results
+                records[i] = {"statistic": p.kind, "results": [record(r) for r in results]}
+            return [records[i] for i in range(len(batch))]
+
+        charged = self._charge(table, batch, analyst, answers)  # type: ignore[attr-defined]
+        left = self._quick_remaining([r.query for r in batch], table, analyst)  # type: ignore[attr-defined]
+        out: list[Answer | StatisticAnswer] = []
+        counts = {i: (cq, noise, half) for i, cq, noise, half in counted}
+        prepared = dict(stats)
+        for i, (charge_id, _) in enumerate(charged):
+            cost = self.budget.display(batch[i].cost)
+            if i in counts:
+                cq, noise, half = counts[i]
+                laplace = isinstance(noise, DiscreteLaplaceNoise)
+                out.append(
+                    Answer(
+                        cq.text or "total",
+                        values[i],  # type: ignore[arg-type]
+                        "discrete_laplace" if laplace else "discrete_gaussian",
+                        float(noise.scale if laplace else noise.sigma),
+                        cost,
+                        cur,
+                        half,
+                        left[i].value,
+                        charge_id,
+                        left[i].exact,
+                    )
+                )
+            else:
+                p = prepared[i]
+                out.append(
+                    StatisticAnswer(
+                        p.request,
+                        p.kind,
+                        tuple(values[i]),  # type: ignore[arg-type]
+                        p.mechanism,
+                        cost,
+                        cur,
+                        left[i].value,
+                        charge_id,
+                        left[i].exact,
+                    )
+                )
+        return out
 
 
 class SessionStatistics:

@@ -33,7 +33,7 @@ import numpy as np
 
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
-from dpcurator.curator.answers import Answer, Statistic, StatisticAnswer
+from dpcurator.curator.answers import Statistic, StatisticAnswer
 from dpcurator.curator.budget import Cost
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms.moments import (
@@ -380,7 +380,7 @@ class StatisticCore:
 
         def answers() -> list[object]:
             results.extend(self._measure(p))
-            return [{"statistic": p.kind, "results": [_record(r) for r in results]}]
+            return [{"statistic": p.kind, "results": [record(r) for r in results]}]
 
         # a union of disjoint boxes is charged like a box (the filter takes both)
         charge = Request(p.covered, p.cost.amount, p.kind, p.request, p.noise)  # type: ignore[arg-type]
@@ -397,92 +397,6 @@ class StatisticCore:
             charge_id,
             left.exact,
         )
-
-    def _release_mixed(
-        self, plan: Any, specs: Sequence[Any], table: str, analyst: str | None
-    ) -> list[Answer | StatisticAnswer]:
-        """A planned workload with statistic lines, all or nothing: every count and every
-        statistic at its planned cost in one committed transaction (a statistic line is
-        one measurement on the points it reads), then one scan for the counts and one
-        aggregate per statistic."""
-        self._quota(analyst)  # type: ignore[attr-defined]
-        schema = self._schema(table)  # type: ignore[attr-defined]
-        cur = self.budget.currency
-        if len(plan.queries) > self.limits.max_charges:
-            raise TooLarge(
-                f"a workload of {len(plan.queries)} lines' queries would write as many ledger "
-                f"rows, over the limit max_charges = {self.limits.max_charges}"
-            )
-        batch: list[Request] = []
-        counted: list[tuple[int, Query | BooleanQuery, Any, int]] = []
-        stats: list[tuple[int, PreparedStatistic]] = []
-        for i, (q, spec, value) in enumerate(zip(plan.queries, specs, plan.values, strict=True)):
-            if spec is None:  # every noise and limit before the charge
-                cost = self.budget.cost(**{cur: value})
-                noise, half = self._noise(cost, self._k)  # type: ignore[attr-defined]
-                cq = requests.canonical_query(q, schema)
-                counted.append((i, cq, noise, half))
-                batch.append(Request(cq, cost.amount, "workload", cq.text or "total", str(noise)))  # type: ignore[arg-type]
-            else:
-                p = self._prepare_statistic(spec.kind, {**spec.args(), cur: value, "table": table})
-                stats.append((i, p))
-                batch.append(Request(p.covered, p.cost.amount, p.kind, p.request, p.noise))  # type: ignore[arg-type]
-        values: dict[int, object] = {}
-
-        def answers() -> list[object]:
-            # measured once admitted; released once committed
-            be = self._backends[table]
-            truth = be.counts([cq for _, cq, _, _ in counted]) if counted else []
-            records: dict[int, object] = {}
-            for (i, cq, noise, _), t in zip(counted, truth, strict=True):
-                values[i] = int(t) + int(noise.sample(rng=self._rng))
-                records[i] = {cq.text or "total": values[i]}
-            for i, p in stats:
-                results = self._measure(p)
-                values[i] = results
-                records[i] = {"statistic": p.kind, "results": [_record(r) for r in results]}
-            return [records[i] for i in range(len(batch))]
-
-        charged = self._charge(table, batch, analyst, answers)  # type: ignore[attr-defined]
-        left = self._quick_remaining([r.query for r in batch], table, analyst)  # type: ignore[attr-defined]
-        out: list[Answer | StatisticAnswer] = []
-        counts = {i: (cq, noise, half) for i, cq, noise, half in counted}
-        prepared = dict(stats)
-        for i, (charge_id, _) in enumerate(charged):
-            cost = self.budget.display(batch[i].cost)
-            if i in counts:
-                cq, noise, half = counts[i]
-                laplace = isinstance(noise, DiscreteLaplaceNoise)
-                out.append(
-                    Answer(
-                        cq.text or "total",
-                        values[i],  # type: ignore[arg-type]
-                        "discrete_laplace" if laplace else "discrete_gaussian",
-                        float(noise.scale if laplace else noise.sigma),
-                        cost,
-                        cur,
-                        half,
-                        left[i].value,
-                        charge_id,
-                        left[i].exact,
-                    )
-                )
-            else:
-                p = prepared[i]
-                out.append(
-                    StatisticAnswer(
-                        p.request,
-                        p.kind,
-                        tuple(values[i]),  # type: ignore[arg-type]
-                        p.mechanism,
-                        cost,
-                        cur,
-                        left[i].value,
-                        charge_id,
-                        left[i].exact,
-                    )
-                )
-        return out
 
     def _estimate_statistic(self, kind: str, args: Mapping[str, Any], analyst: str | None) -> Any:
         """A statistic's :class:`~dpcurator.curator.curator.Estimate`: the moments' sum
@@ -537,7 +451,7 @@ class StatisticCore:
         )
 
 
-def _record(r: Statistic) -> dict[str, object]:
+def record(r: Statistic) -> dict[str, object]:
     """A result as the ledger records it (JSON)."""
     d: dict[str, object] = {"group": r.group, "value": r.value}
     for k in ("q", "interval", "rank_error", "std_error", "count"):
