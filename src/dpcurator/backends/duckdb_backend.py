@@ -490,6 +490,22 @@ class DuckDBBackend:
             )
         keys = [self._columns[j] for j in g.indices]
         col = self._columns[plan.index]
+        if self.schema.attributes[plan.index].size <= _grouping.HISTOGRAM_VALUES:
+            cols = ", ".join([*keys, col])
+            sql = (
+                f"SELECT {cols}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
+                f"GROUP BY {cols}"
+            )
+            with self._reader() as con:
+                res = con.execute(sql, cond[1]).fetchnumpy()
+            names = list(res)
+            k = len(keys)
+            cells = g.cell_of([np.asarray(res[names[i]], np.int64) for i in range(k)])
+            if not keys:
+                cells = np.zeros(len(res[names[-1]]), np.int64)
+            return _grouping.moments_from_counts(
+                plan, g.cells, cells, res[names[k]], res[names[k + 1]], squares
+            )
         d = (
             f"(least(greatest(CAST({col} AS HUGEINT), CAST({plan.low} AS HUGEINT)), "
             f"CAST({plan.high} AS HUGEINT)) - CAST({plan.low} AS HUGEINT))"

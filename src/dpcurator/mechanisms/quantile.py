@@ -102,12 +102,7 @@ class QuantileMechanism:
         """The smallest t found with M e^{-eta b t} <= beta, certified in exact rational
         arithmetic: with probability at least 1 - beta the rank error is at most the best
         candidate's plus t rows."""
-        x_per_row = self.rate * q.denominator
-        m_over_beta = candidates / beta
-        t = max(0, math.ceil(math.log(float(m_over_beta)) / float(x_per_row)))
-        while not _exp_at_least(x_per_row * t, m_over_beta):
-            t += 1
-        return t
+        return _rank_bound(self.rate * q.denominator, Fraction(candidates) / beta)
 
     def expected_rank_error(self, candidates: int, q: Fraction) -> float:
         """An upper bound on the expected rank error beyond the best candidate's, in rows:
@@ -118,6 +113,14 @@ class QuantileMechanism:
     def __str__(self) -> str:
         kind = "PermuteAndFlip" if self.name == "permute_and_flip" else "ExponentialMechanism"
         return f"{kind}(epsilon={self.epsilon}, sensitivity={self.sensitivity})"
+
+
+@lru_cache(maxsize=1024)
+def _rank_bound(x_per_row: Fraction, m_over_beta: Fraction) -> int:
+    t = max(0, math.ceil(math.log(float(m_over_beta)) / float(x_per_row)))
+    while not _exp_at_least(x_per_row * t, m_over_beta):
+        t += 1
+    return t
 
 
 def _exp_at_least(x: Fraction, bound: Fraction) -> bool:
