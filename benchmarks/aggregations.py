@@ -2,6 +2,7 @@
 and how long a mean or a median takes next to a count.
 
 Run:  .venv/bin/python benchmarks/aggregations.py [--runs 200] [--rows 1000000] [--quick]
+      [--only quantiles|means|cost|latency ...]
 
 1. **Quantiles** of ``age`` and ``hours-per-week`` (the full Adult file, 32,561 rows, and
    the 413 rows with ``education = 'Doctorate'``, where the noise shows):
@@ -283,19 +284,30 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200, help="releases per comparison")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows for the latency table")
     parser.add_argument("--quick", action="store_true", help="20 runs, 100,000 rows")
+    parser.add_argument(
+        "--only",
+        choices=("quantiles", "means", "cost", "latency"),
+        action="append",
+        help="run only these parts (repeatable)",
+    )
     args = parser.parse_args()
     runs, rows = (20, 100_000) if args.quick else (args.runs, args.rows)
+    parts = set(args.only or ("quantiles", "means", "cost", "latency"))
     warnings.filterwarnings("ignore")
     df = adult()
     print(f"Adult: {len(df)} rows; {runs} runs per comparison")
-    print("1. quantiles (mean absolute rank error, rows; every domain value a candidate)")
-    quantiles(df, runs)
-    print("2. means (clipped to [0, 100]; mean absolute error)")
-    means(df, runs)
-    print("3. a grouped statistic's cost (budget epsilon = 1)")
-    grouped_cost(df)
-    print(f"4. latency over {rows:,} rows (median of 15; ledger on disk)")
-    latency(rows)
+    if "quantiles" in parts:
+        print("1. quantiles (mean absolute rank error, rows; every domain value a candidate)")
+        quantiles(df, runs)
+    if "means" in parts:
+        print("2. means (clipped to [0, 100]; mean absolute error)")
+        means(df, runs)
+    if "cost" in parts:
+        print("3. a grouped statistic's cost (budget epsilon = 1)")
+        grouped_cost(df)
+    if "latency" in parts:
+        print(f"4. latency over {rows:,} rows (median of 15; ledger on disk)")
+        latency(rows)
 
 
 if __name__ == "__main__":
