@@ -26,7 +26,14 @@ from typing import Any
 import httpx
 
 from dpcurator import errors
-from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import (
+    Answer,
+    DerivedAnswer,
+    HistoryEntry,
+    Statistic,
+    StatisticAnswer,
+    TableAnswer,
+)
 from dpcurator.curator.curator import Estimate, Remaining
 
 #: The exception each error reason of the service becomes.
@@ -107,6 +114,33 @@ def _retry_after(r: httpx.Response) -> float | None:
             return None
         seconds = when.timestamp() - time.time()
     return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _statistic(d: dict[str, Any]) -> StatisticAnswer:
+    results = []
+    for r in d["results"]:
+        iv = r.get("interval")
+        results.append(
+            Statistic(
+                r["group"],
+                r["value"],
+                r.get("q"),
+                None if iv is None else (iv[0], iv[1]),
+                r.get("rank_error"),
+                r.get("std_error"),
+                r.get("count"),
+            )
+        )
+    return StatisticAnswer(
+        d["request"],
+        d["statistic"],
+        tuple(results),
+        d["mechanism"],
+        d["cost"]["amount"],
+        d["cost"]["currency"],
+        d["remaining"],
+        d["charge_id"],
+    )
 
 
 class Client:
@@ -290,6 +324,116 @@ class Client:
         )
         return _answer(self._call("POST", "/v1/sum", json=body))
 
+    def _statistic_call(self, path: str, **fields: Any) -> StatisticAnswer:
+        return _statistic(self._call("POST", path, json=self._body(**fields)))
+
+    def mean(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/mean", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
+    def variance(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/variance", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
+    def stdev(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/stdev", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
+    def quantile(
+        self,
+        attribute: str,
+        q: float,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        candidates: Sequence[int | str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/quantile", attribute=attribute, q=q, where=where, by=by, candidates=candidates,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
+    def quantiles(
+        self,
+        attribute: str,
+        qs: Sequence[float],
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        candidates: Sequence[int | str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/quantiles", attribute=attribute, qs=qs, where=where, by=by, candidates=candidates,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
+    def median(
+        self,
+        attribute: str,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        candidates: Sequence[int | str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        return self._statistic_call(
+            "/v1/median", attribute=attribute, where=where, by=by, candidates=candidates,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
     def release(
         self, queries: Sequence[str], costs: Sequence[float], *, table: str | None = None
     ) -> list[Answer]:
@@ -325,7 +469,7 @@ class Client:
             table=table,
         )
         out = self._call("POST", "/v1/release", json=body)
-        summary = {k: v for k, v in out.items() if k not in ("answers", "derived")}
+        summary = {k: v for k, v in out.items() if k not in ("answers", "derived", "statistics")}
         if out.get("strategy", "direct") != "direct":
             return summary, [
                 DerivedAnswer(
@@ -340,7 +484,10 @@ class Client:
                 )
                 for a in out["derived"]
             ]
-        return summary, [_answer(a) for a in out["answers"]]
+        answers: list[Any] = [_answer(a) for a in out["answers"]]
+        for st in out.get("statistics", []):  # a workload's statistics, in their places
+            answers.insert(st["position"], _statistic(st))
+        return summary, answers
 
     def estimate(self, kind: str, **args: Any) -> Estimate:
         e = self._call("POST", "/v1/estimate", json=self._body(kind=kind, **args))
@@ -356,6 +503,8 @@ class Client:
             half_width=e["half_width"],
             admitted=e["admitted"],
             exact=e["exact"],
+            error_scale=e.get("error_scale"),
+            error=e.get("error", ""),
         )
 
     def remaining_detail(self, query: str | None = None, *, table: str | None = None) -> Remaining:

@@ -61,7 +61,9 @@ def _operations(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 OPERATIONS = _operations(_document())
-CHARGING = {"/v1/count", "/v1/histogram", "/v1/marginal", "/v1/sum", "/v1/release"}
+CHARGING = {"/v1/count", "/v1/histogram", "/v1/marginal", "/v1/sum", "/v1/release"} | {
+    f"/v1/{s}" for s in ("mean", "variance", "stdev", "quantile", "quantiles", "median")
+}
 EXAMPLES = max(3, 100 // len(OPERATIONS))  # per operation: about 100 in all
 
 WORDS = [

@@ -65,7 +65,7 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "workload syntax": lambda: s.release_workload("histogram(", epsilon=0.5),
         "long text": lambda: s.count("age < 30 AND " * 2000 + "age < 31", epsilon=0.5),
         "unknown table": lambda: s.count("age < 30", epsilon=0.5, table="nope"),
-        "estimate kind": lambda: s.estimate("median", attribute="age", epsilon=0.5),
+        "estimate kind": lambda: s.estimate("mode", attribute="age", epsilon=0.5),
         "query not text": lambda: s.count(5, epsilon=0.5),
         "attribute not text": lambda: s.histogram(5, epsilon=0.5),
         "attributes one text": lambda: s.marginal("sex", epsilon=0.5),

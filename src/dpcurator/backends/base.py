@@ -1,7 +1,7 @@
 """The backend protocol: count rows that satisfy predicate queries, nothing else.
 
-A backend holds the sensitive table. It evaluates *exact* counts and
-clipped sums; it never adds noise, never sees a budget and never returns rows. The
+A backend holds the sensitive table. It evaluates *exact* counts, clipped sums (and,
+per group, clipped sums of squares and counts per bin); it never adds noise, never sees a budget and never returns rows. The
 curator is the only caller and the only place where data, noise and budget meet.
 """
 
@@ -46,6 +46,34 @@ class Backend(Protocol):
         rounded, so the sensitivity ``max(|lower|, |upper|)`` the curator calibrates the
         noise to holds exactly. An empty ``where`` sums to 0.
         """
+        ...
+
+    def clipped_moments(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: Query | None = None,
+        by: Sequence[str] = (),
+        squares: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Per group cell of ``by`` (every combination of their values, in
+        :func:`itertools.product` order; one cell without ``by``): the number of rows
+        satisfying ``where``, the sum of ``min(max(value, lower), upper)`` and, with
+        ``squares``, the sum of its squares, as ``object`` arrays of exact Python ints."""
+        ...
+
+    def binned_counts(
+        self,
+        attribute: str,
+        edges: Sequence[int],
+        where: Query | None = None,
+        by: Sequence[str] = (),
+    ) -> np.ndarray:
+        """Rows satisfying ``where`` per group cell of ``by`` and per half-open bin
+        ``[edges[j], edges[j + 1])`` of the attribute's value positions (``value - min``
+        for an integer, the index in ``values`` for a categorical): ``int64``, shape
+        (cells, bins)."""
         ...
 
     def close(self) -> None:

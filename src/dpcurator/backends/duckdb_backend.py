@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpcurator.backends import unions
+from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
 from dpcurator.backends._validation import (
@@ -456,6 +456,113 @@ class DuckDBBackend:
         )
         n, codes = con.execute(sql, [plan.low, plan.high, *params]).fetchall()[0]
         return plan.total(int(n), None if codes is None else int(codes))
+
+    def _cover(self, where: Query | None) -> tuple[str, list[int]] | None:
+        """The SQL condition of ``where`` (a union's disjoint boxes OR-ed), or None when
+        it covers nothing."""
+        parts = unions.boxes(where) if isinstance(where, BooleanQuery) else (where,)
+        conds: list[str] = []
+        params: list[int] = []
+        for q in parts:
+            preds: Coverages | None = () if q is None else self._checker.check(q)
+            if preds is None:
+                continue
+            text, ps = self._where(preds)
+            conds.append(f"({text})")
+            params.extend(ps)
+        return (" OR ".join(conds), params) if conds else None
+
+    def clipped_moments(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: Query | None = None,
+        by: Sequence[str] = (),
+        squares: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Per group cell of ``by`` (see :mod:`dpcurator.backends._grouping`): the exact
+        number of rows satisfying ``where``, the sum of ``clip(value, lower, upper)`` and
+        (``squares``) the sum of its squares, as ``object`` arrays of Python integers.
+        One scan. Thread-safe, like :meth:`counts`."""
+        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares)
+        g = _grouping.groups(self.schema, by)
+        cond = self._cover(where)
+        if cond is None:
+            return _grouping.moments(
+                plan, g.cells, np.zeros(0, np.int64), [], [], [] if squares else None
+            )
+        keys = [self._columns[j] for j in g.indices]
+        col = self._columns[plan.index]
+        if self.schema.attributes[plan.index].size <= _grouping.HISTOGRAM_VALUES:
+            cols = ", ".join([*keys, col])
+            sql = (
+                f"SELECT {cols}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
+                f"GROUP BY {cols}"
+            )
+            with self._reader() as con:
+                res = con.execute(sql, cond[1]).fetchnumpy()
+            names = list(res)
+            k = len(keys)
+            cells = g.cell_of([np.asarray(res[names[i]], np.int64) for i in range(k)])
+            if not keys:
+                cells = np.zeros(len(res[names[-1]]), np.int64)
+            return _grouping.moments_from_counts(
+                plan, g.cells, cells, res[names[k]], res[names[k + 1]], squares
+            )
+        d = (
+            f"(least(greatest(CAST({col} AS HUGEINT), CAST({plan.low} AS HUGEINT)), "
+            f"CAST({plan.high} AS HUGEINT)) - CAST({plan.low} AS HUGEINT))"
+        )
+        aggs = ["count(*) AS n", f"sum({d}) AS s1"]
+        if squares:
+            aggs.append(f"sum({d} * {d}) AS s2")
+        sql = f"SELECT {', '.join([*keys, *aggs])} FROM {ident(self.table)} WHERE {cond[0]}" + (
+            f" GROUP BY {', '.join(keys)}" if keys else ""
+        )
+        with self._reader() as con:
+            rows = con.execute(sql, cond[1]).fetchall()
+        k = len(keys)
+        cells = g.cell_of([np.array([r[i] for r in rows], np.int64) for i in range(k)])
+        if not keys:
+            cells = np.zeros(len(rows), np.int64)
+        return _grouping.moments(
+            plan,
+            g.cells,
+            cells,
+            [r[k] for r in rows],
+            [r[k + 1] for r in rows],
+            [r[k + 2] for r in rows] if squares else None,
+        )
+
+    def binned_counts(
+        self,
+        attribute: str,
+        edges: Sequence[int],
+        where: Query | None = None,
+        by: Sequence[str] = (),
+    ) -> np.ndarray:
+        """Rows satisfying ``where`` per group cell of ``by`` and per half-open bin
+        ``[edges[j], edges[j + 1])`` of the attribute's value positions: an ``int64``
+        array (cells, bins). One scan. Thread-safe, like :meth:`counts`."""
+        j, e = _grouping.check_edges(self.schema, attribute, edges)
+        g = _grouping.groups(self.schema, by)
+        cond = self._cover(where)
+        if cond is None:
+            return np.zeros((g.cells, len(e) - 1), np.int64)
+        keys = [self._columns[i] for i in g.indices]
+        cols = ", ".join([*keys, self._columns[j]])
+        sql = (
+            f"SELECT {cols}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} GROUP BY {cols}"
+        )
+        with self._reader() as con:
+            res = con.execute(sql, cond[1]).fetchnumpy()
+        names = list(res)
+        k = len(keys)
+        cells = g.cell_of([np.asarray(res[names[i]], np.int64) for i in range(k)])
+        if not keys:
+            cells = np.zeros(len(res[names[-1]]), np.int64)
+        return _grouping.bin_counts(g.cells, e, cells, res[names[k]], res[names[k + 1]])
 
     def close(self) -> None:
         """Close the connection if the backend opened it, else drop its table.

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dpcurator.backends import unions
+from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_parts
 from dpcurator.backends._validation import (
@@ -632,6 +632,85 @@ class SparkBackend:
         clipped = F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high))
         got = rows.agg(F.count(F.lit(1)), F.sum(clipped.cast(_DECIMAL))).collect()[0]
         return plan.total(int(got[0]), None if got[1] is None else int(got[1]))
+
+    def _covered(self, df: DataFrame, where: Query | None) -> DataFrame | None:
+        """The rows ``where`` covers (a union's disjoint boxes OR-ed), or None for none."""
+        parts = unions.boxes(where) if isinstance(where, BooleanQuery) else (where,)
+        boxes: list[Coverages] = []
+        for q in parts:
+            preds: Coverages | None = () if q is None else self._checker.check(q)
+            if preds is not None:
+                boxes.append(preds)
+        if not boxes:
+            return None
+        if not all(boxes):  # a box without predicates is every row
+            return df
+        return df.where(functools.reduce(operator.or_, (self._box(b) for b in boxes)))
+
+    def clipped_moments(
+        self,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: Query | None = None,
+        by: Sequence[str] = (),
+        squares: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Per group cell of ``by``: the exact number of rows satisfying ``where``, the
+        sum of ``clip(value, lower, upper)`` and (``squares``) the sum of its squares, as
+        ``object`` arrays of Python integers; the same as DuckDB's, in one Spark query."""
+        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares)
+        g = _grouping.groups(self.schema, by)
+        with self._reader() as df:
+            rows = self._covered(df, where)
+            if rows is None:
+                return _grouping.moments(
+                    plan, g.cells, np.zeros(0, np.int64), [], [], [] if squares else None
+                )
+            keys = [self._columns[j] for j in g.indices]
+            col = F.col(self._columns[plan.index]).cast("bigint")
+            d = (
+                F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high)) - F.lit(plan.low)
+            ).cast(_DECIMAL)
+            aggs = [F.count(F.lit(1)).alias("n"), F.sum(d).alias("s1")]
+            if squares:  # offsets below 2^32: their squares and sums fit DECIMAL(38, 0)
+                aggs.append(F.sum((d * d).cast(_DECIMAL)).alias("s2"))
+            got = (rows.groupBy(*keys) if keys else rows).agg(*aggs).collect()
+        k = len(keys)
+        cells = g.cell_of([np.array([r[i] for r in got], np.int64) for i in range(k)])
+        if not keys:
+            cells = np.zeros(len(got), np.int64)
+        return _grouping.moments(
+            plan,
+            g.cells,
+            cells,
+            [r["n"] for r in got],
+            [None if r["s1"] is None else int(r["s1"]) for r in got],
+            [None if r["s2"] is None else int(r["s2"]) for r in got] if squares else None,
+        )
+
+    def binned_counts(
+        self,
+        attribute: str,
+        edges: Sequence[int],
+        where: Query | None = None,
+        by: Sequence[str] = (),
+    ) -> np.ndarray:
+        """Rows satisfying ``where`` per group cell of ``by`` and per half-open bin of
+        value positions: an ``int64`` array (cells, bins), the same as DuckDB's."""
+        j, e = _grouping.check_edges(self.schema, attribute, edges)
+        g = _grouping.groups(self.schema, by)
+        with self._reader() as df:
+            rows = self._covered(df, where)
+            if rows is None:
+                return np.zeros((g.cells, len(e) - 1), np.int64)
+            cols = [self._columns[i] for i in g.indices] + [self._columns[j]]
+            res = _collect_arrow(rows.groupBy(*cols).agg(F.count(F.lit(1)).alias("n")))
+        k = len(cols) - 1
+        cells = g.cell_of([_column(res, c) for c in cols[:k]])
+        if k == 0:
+            cells = np.zeros(res.num_rows, np.int64)
+        return _grouping.bin_counts(g.cells, e, cells, _column(res, cols[k]), _column(res, "n"))
 
     def _box(self, preds: Coverages) -> Column:
         """A conjunction of coverages as one Spark condition."""

@@ -24,9 +24,16 @@ from dpcurator.cli.release import (
     release_intervals,
     rows_of,
 )
+from dpcurator.cli.statistic_rows import check_statistics, mixed_rows
 from dpcurator.errors import InvalidParameter
 
 __all__ = ["POSTPROCESS", "postprocess_steps", "rows_of", "run", "summary"]
+
+STATISTICS_NOTE = (
+    "statistic lines (mean, variance, stdev, quantile(s), median) are one measurement "
+    "each, charged on the points they read and planned like a count of them; the expected "
+    "|noise| above treats them as counts, their rows give their own errors"
+)
 
 _EPILOG = """\
 budget (exactly one):
@@ -102,6 +109,10 @@ The Adult data (headerless, ", " separated, 15 columns):
   dpcurator answer --data adult.data --schema examples/adult/schema.json \\
     --workload examples/adult/marginals.txt --epsilon 1 --separator ', ' --no-header \\
     --columns examples/adult/columns.txt --ledger ledger.db --out answers.csv
+Statistics in a workload (one measurement each, charged on the rows it reads; the planner
+splits the budget as if it were a count of them, weight included; rows per group):
+  mean(hours-per-week, 0, 100, where=age < 30)    variance(...), stdev(...) alike
+  median(age, by=sex)    quantile(age, 0.9)    quantiles(age, [0.25, 0.5, 0.75], by=[sex, race])
 Bad input: one line on stderr, exit status 2, nothing charged.
 Every option: docs/answer.md; why it is private and how it is computed: docs/design.md."""
 
@@ -388,6 +399,9 @@ def run(args: argparse.Namespace) -> int:
         workload = parse_workload(Path(args.workload), schema)
         if len(workload) == 0:
             raise InvalidParameter(f"{args.workload}: the workload has no queries")
+        check_statistics(workload, steps, fmt, schema, args.strategy)
+        if workload.statistics and args.plot is not None:
+            raise InvalidParameter("--plot draws counts; this workload has statistic lines")
         system = (
             consistency_system(workload.queries)
             if "consistent" in steps and args.strategy in ("auto", "direct")
@@ -414,8 +428,12 @@ def run(args: argparse.Namespace) -> int:
             ledger_summary(d, cur, ledger)
             loaded = load_line(cur.load_reports())
         bar.step("post-processing")
-        rel = release_intervals(plan, answers, steps, confidence, system)
-        rows = rows_of(plan, answers, rel, confidence)
+        if workload.statistics:
+            rows, rel = mixed_rows(plan, workload.statistics, answers, steps, confidence)
+            d.setdefault("notes", []).append(STATISTICS_NOTE)
+        else:
+            rel = release_intervals(plan, answers, steps, confidence, system)
+            rows = rows_of(plan, answers, rel, confidence)
         bar.step("writing")
         if args.out is not None:
             assert fmt is not None

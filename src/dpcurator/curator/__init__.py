@@ -1,6 +1,13 @@
 """The curator: budgets, refusals, the durable ledger."""
 
-from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
+from dpcurator.curator.answers import (
+    Answer,
+    DerivedAnswer,
+    HistoryEntry,
+    Statistic,
+    StatisticAnswer,
+    TableAnswer,
+)
 from dpcurator.curator.budget import Budget
 from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
 from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
@@ -15,6 +22,8 @@ __all__ = [
     "HistoryEntry",
     "OverlapFilter",
     "Remaining",
+    "Statistic",
+    "StatisticAnswer",
     "TableAnswer",
     "max_loss",
 ]

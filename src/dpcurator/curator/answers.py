@@ -99,3 +99,67 @@ class HistoryEntry:
     currency: str
     noise: str
     answer: object | None
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One released statistic of one group (and, for quantiles, one q).
+
+    ``group`` is the group's condition (``"sex = 'F'"``; empty without ``by=``).
+    ``interval`` (means, variances, standard deviations) covers the group's statistic of
+    the *clipped* values with probability at least 95%: rigorous, from the exact noise
+    distributions and the union bound, not an approximation. ``rank_error``
+    (quantiles): with probability at least 95% the value's rank is within this many rows
+    of the q-th quantile's (beyond the best candidate's, 0 when every domain value is a
+    candidate): rigorous too. ``std_error`` is the first-order (delta-method) standard
+    error at the released values: an approximation. ``count`` is the group's noisy row
+    count (released with the mean or variance, free to use).
+    """
+
+    group: str
+    value: float | int | str
+    q: float | None = None
+    interval: tuple[float, float] | None = None
+    rank_error: int | None = None
+    std_error: float | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class StatisticAnswer:
+    """A mean, variance, standard deviation or quantile(s), one result per group (and
+    q): charged once on the points its ``where`` covers, since the groups are disjoint
+    (Smith et al. 2022, Thm 5). ``mechanism`` names the exact noise or selection."""
+
+    request: str
+    statistic: str
+    results: tuple[Statistic, ...]
+    mechanism: str
+    cost: float
+    currency: str
+    remaining: float
+    charge_id: int
+    remaining_exact: bool = True
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i: int) -> Statistic:
+        return self.results[i]
+
+    def values(self) -> list[float | int | str]:
+        return [r.value for r in self.results]
+
+    @property
+    def value(self) -> float | int | str:
+        """The value, when there is one result (no ``by=``, one q)."""
+        if len(self.results) != 1:
+            raise ValueError(f"{len(self.results)} results: use .results or .values()")
+        return self.results[0].value
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The interval, when there is one result."""
+        if len(self.results) != 1:
+            raise ValueError(f"{len(self.results)} results: use .results")
+        return self.results[0].interval

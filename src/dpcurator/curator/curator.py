@@ -12,7 +12,6 @@ costs (Dwork & Roth 2014, Lemma 2.6).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import math
@@ -22,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +45,9 @@ from dpcurator.curator.overlap_filter import (
     coverage_key,
 )
 from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
+from dpcurator.curator.statistics import STATISTICS
+from dpcurator.curator.timing import timed as _timed
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
@@ -130,7 +132,14 @@ class Estimate:
     ``expected_abs_error`` is E|noise| of each released value and ``half_width`` its
     exact 95% half-width, from the discrete distribution; ``admitted`` says whether the
     budget (and the analyst's quota) would admit it now (``exact`` False: the decision
-    used a safe bound because the exact check ran out of time)."""
+    used a safe bound because the exact check ran out of time).
+
+    For a mean, variance or standard deviation the noise is the centred sum's
+    (``noise``, ``expected_abs_error``, ``half_width``), and ``error_scale`` bounds the
+    statistic's first-order standard error in a group of n rows by ``error_scale / n``.
+    For quantiles, ``noise`` names the selection, ``noise_parameter`` is its epsilon,
+    ``half_width`` the 95% rank-error bound in rows (rigorous) and ``expected_abs_error``
+    a bound on the expected rank error. ``error`` says it in words."""
 
     kind: str
     request: str
@@ -143,6 +152,8 @@ class Estimate:
     half_width: int
     admitted: bool
     exact: bool
+    error_scale: float | None = None
+    error: str = ""
 
 
 #: How many of one request's answers (distinct coverages) may have their remaining
@@ -151,24 +162,10 @@ class Estimate:
 #: timing.
 QUICK_GRIDS = 32
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def _timed(method: Callable[Concatenate[Curator, P], R]) -> Callable[Concatenate[Curator, P], R]:
-    """Run a request under the curator's request deadline (``request_time_limit``): its
-    parsing, bounds, turn at the solver and exact checks, up to its charge."""
-
-    @functools.wraps(method)
-    def run(self: Curator, *args: P.args, **kw: P.kwargs) -> R:
-        with deadlines.within(self._deadline(), self._stopping):
-            return method(self, *args, **kw)
-
-    return run
-
-
-class Curator:
-    """Answers counts, histograms, marginals and sums under one overlap-aware budget."""
+class Curator(StatisticRequests):
+    """Answers counts, histograms, marginals, sums, means, variances, standard deviations
+    and quantiles under one overlap-aware budget."""
 
     def __init__(
         self,
@@ -766,28 +763,17 @@ class Curator:
         """What a request would cost and how accurate it would be, and whether it would
         be admitted now; charges nothing and reads no data.
 
-        ``kind`` is ``count``, ``histogram``, ``marginal`` or ``sum``; ``args`` are that
-        method's keyword arguments (``estimate("count", query="age < 30", epsilon=0.1)``).
+        ``kind`` is ``count``, ``histogram``, ``marginal``, ``sum``, ``mean``,
+        ``variance``, ``stdev``, ``quantile``, ``quantiles`` or ``median``; ``args`` are
+        that method's keyword arguments (``estimate("count", query="age < 30",
+        epsilon=0.1)``).
         """
+        if kind in STATISTICS:
+            return self._estimate_statistic(kind, args, _analyst)
         p = self._prepare(kind, args)
         self._quota(_analyst)
         noise, half = self._noise(p.cost, p.sensitivity * self._k)
-        with self._ledger.lock:
-            self._sync()
-            quota = self._quota(_analyst)
-            fork = self._filter.fork()
-
-        def decide(deadline: float | None) -> Decision | None:
-            return fork.decide(
-                p.table, p.covered, p.cost.amount, analyst=_analyst, quota=quota, deadline=deadline
-            )
-
-        d = decide(None)  # the bounds, or else the exact check in the solver pool
-        if d is None:
-            d = self._pool.run(
-                lambda: decide(time.monotonic() + self._time_limit), _analyst, deadlines.current()
-            )
-        assert d is not None
+        d = self._decide(p.table, p.covered, p.cost.amount, _analyst)
         name, param = _describe(noise)
         return Estimate(
             kind=p.kind,
@@ -802,6 +788,29 @@ class Curator:
             admitted=d.admitted,
             exact=d.exact,
         )
+
+    def _decide(
+        self, table: str, covered: Query | BooleanQuery, amount: Fraction, analyst: str | None
+    ) -> Decision:
+        """Whether the filter (and the analyst's quota) would admit ``amount`` on the
+        points of ``covered`` now: by the bounds, or else the exact check in the pool."""
+        with self._ledger.lock:
+            self._sync()
+            quota = self._quota(analyst)
+            fork = self._filter.fork()
+
+        def decide(deadline: float | None) -> Decision | None:
+            return fork.decide(
+                table, covered, amount, analyst=analyst, quota=quota, deadline=deadline
+            )
+
+        d = decide(None)
+        if d is None:
+            d = self._pool.run(
+                lambda: decide(time.monotonic() + self._time_limit), analyst, deadlines.current()
+            )
+        assert d is not None
+        return d
 
     @_timed
     def release(
@@ -958,6 +967,13 @@ class Curator:
                 "strategies other than direct are planned for one row per person; this "
                 "curator has a privacy unit of several rows"
             )
+        if wl.statistics:  # statistics are measured themselves: the direct strategy
+            if strategy not in ("auto", "direct"):
+                raise InvalidParameter(
+                    f"strategy {strategy!r} measures counts; a workload with statistics "
+                    "(mean, quantile, ...) is released directly: use strategy='direct'"
+                )
+            strategy = "direct"
         plan = make_plan(
             wl.queries,
             wl.weights,
@@ -970,6 +986,8 @@ class Curator:
         )
         if plan.strategy is not None:
             return plan, self._release_strategy(plan, t, _analyst)
+        if wl.statistics:
+            return plan, self._release_mixed(plan, wl.statistics, t, _analyst)  # type: ignore[return-value]
         answers = self.release(
             list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
         )
@@ -1211,7 +1229,7 @@ class Curator:
             self._ledger.set_quota(name, q)
 
 
-class AnalystSession:
+class AnalystSession(SessionStatistics):
     """The curator seen by one analyst: same requests, charged to the analyst's quota too."""
 
     def __init__(self, curator: Curator, name: str) -> None:

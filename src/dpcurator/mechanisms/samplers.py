@@ -48,6 +48,7 @@ from dpcurator.mechanisms.randomness import (
 
 __all__ = [
     "bernoulli_exp",
+    "bernoulli_exp_many",
     "discrete_gaussian",
     "discrete_laplace",
     "exact_rational",
@@ -215,6 +216,25 @@ def bernoulli_exp(gamma: object, size: object = None, rng: RandomSource | None =
     if shape is None:
         return bool(out[0])
     return out.reshape(shape)
+
+
+def bernoulli_exp_many(numerators: np.ndarray, denominator: int, rng: RandomSource) -> np.ndarray:
+    """Independent exact Bernoulli(exp(-n_i / d)) trials, one per non-negative integer
+    ``n_i`` (an ``int64`` array, or an ``object`` array of Python integers), for one
+    positive integer ``d``: a boolean array."""
+    n = np.asarray(numerators)
+    if n.ndim != 1:
+        raise InvalidParameter("numerators must be a 1-d array of integers")
+    d = int(denominator)
+    if d < 1:
+        raise InvalidParameter(f"denominator must be a positive integer, got {denominator!r}")
+    if n.size == 0:
+        return np.zeros(0, dtype=bool)
+    if n.dtype != object and not np.issubdtype(n.dtype, np.integer):
+        raise InvalidParameter("numerators must be integers")
+    if n.min() < 0:
+        raise InvalidParameter("numerators must be non-negative")
+    return _bernoulli_exp_array(default_source(rng), n.copy(), d)
 
 
 # --------------------------------------------------------------------------- Laplace

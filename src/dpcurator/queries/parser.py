@@ -35,6 +35,7 @@ from dpcurator.queries.predicates import (
     render_name,
 )
 from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.statistics import STATISTIC_LINE, StatisticSpec, parse_statistic
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000
@@ -431,11 +432,16 @@ def parse_query(
 
 @dataclass(frozen=True)
 class Workload:
-    """Queries with their weights, in file order; each query keeps its source line."""
+    """Queries with their weights, in file order; each query keeps its source line.
+
+    ``statistics``: empty when every line counts; else one entry per query, the
+    :class:`~dpcurator.queries.statistics.StatisticSpec` of a statistic line (whose query
+    is the points it reads) or None for a count."""
 
     queries: tuple[Query | BooleanQuery, ...]
     weights: tuple[float, ...]
     source: str = "<workload>"
+    statistics: tuple[StatisticSpec | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -544,6 +550,20 @@ def _expand(
     return out
 
 
+def _entry(
+    body: str, schema: Schema, line: int, offset: int, room: int
+) -> tuple[Sequence[Query | BooleanQuery], StatisticSpec | None]:
+    """One workload entry: its queries, and its statistic if it is a statistic line (one
+    query: the points it reads, with the line's text)."""
+    m = STATISTIC_LINE.match(body)
+    if m is None:
+        return _expand(body, schema, line, offset, room), None
+    if room < 1:
+        raise TooLarge(f"a statistic is one more query; the workload may hold {room} more")
+    spec, q = parse_statistic(m.group(1), m.group(2), schema, line, body)
+    return [q], spec
+
+
 def _value_predicate(attr: Attribute, pos: int) -> tuple[Predicate | None, str]:
     """The predicate ``attr = value`` and its canonical text (None for a tautology)."""
     cov = ((pos, pos + 1),)
@@ -602,8 +622,11 @@ def parse_workload(source: str | Path, schema: Schema) -> Workload:
 
     A :class:`~pathlib.Path`, or a one-line string naming an existing file, is read as a
     file; any other string is workload text. Text format: one entry per line (a query,
-    ``total``, ``histogram(attr)``, ``histogram(attr, bins=[a, b, ...])`` or
-    ``marginal(a1, a2, ...)``), optionally ending in ``@ weight``; blank lines and
+    ``total``, ``histogram(attr)``, ``histogram(attr, bins=[a, b, ...])``,
+    ``marginal(a1, a2, ...)``, or a statistic: ``mean(attr, lower, upper, ...)``,
+    ``variance``, ``stdev``, ``quantile(attr, q, ...)``, ``quantiles(attr, [q, ...], ...)``
+    or ``median(attr, ...)``, see :mod:`dpcurator.queries.statistics`), optionally ending
+    in ``@ weight``; blank lines and
     ``#`` comments are ignored. Text starting with ``[`` is JSON:
     ``[{"query": "...", "weight": 0.5}, "...", ...]``.
     """
@@ -631,14 +654,23 @@ def parse_workload_text(
         raise WorkloadError(f"{name}: a workload must be text, got {type(text).__name__}")
     queries: list[Query | BooleanQuery] = []
     weights: list[float] = []
+    stats: list[StatisticSpec | None] = []
 
-    def add(qs: Sequence[Query | BooleanQuery], w: float, line: int) -> None:
+    def add(
+        got: tuple[Sequence[Query | BooleanQuery], StatisticSpec | None], w: float, line: int
+    ) -> None:
+        qs, spec = got
         if len(queries) + len(qs) > max_queries:
             raise TooLarge(
                 f"{name}:{line}: workload exceeds {max_queries} queries (the limit max_queries)"
             )
         queries.extend(qs)
         weights.extend([w] * len(qs))
+        stats.extend([spec] * len(qs))
+
+    def done() -> Workload:
+        kept = tuple(stats) if any(s is not None for s in stats) else ()
+        return Workload(tuple(queries), tuple(weights), name, kept)
 
     if text.lstrip().startswith("["):
         for line, _raw, value in _json_entries(text, name):
@@ -656,7 +688,7 @@ def parse_workload_text(
                     w = _weight(str(raw_w))
                 else:
                     raise QueryError('an entry is a string or {"query": "...", "weight": w}')
-                add(_expand(body.strip(), schema, line, 0, max_queries - len(queries)), w, line)
+                add(_entry(body.strip(), schema, line, 0, max_queries - len(queries)), w, line)
             except TooLarge as err:
                 raise TooLarge(
                     f"{name}:{line}: {err}" if not str(err).startswith(name) else str(err)
@@ -664,7 +696,7 @@ def parse_workload_text(
             except QueryError as err:
                 msg = re.sub(r"^column \d+: ", "", str(err))
                 raise WorkloadError(f"{name}:{line}: {msg}") from None
-        return Workload(tuple(queries), tuple(weights), name)
+        return done()
 
     for line, raw in enumerate(text.splitlines(), start=1):
         hashes = _outside_quotes(raw, "#")
@@ -681,11 +713,11 @@ def parse_workload_text(
                 body = body[: ats[-1]]
             offset = len(body) - len(body.lstrip())
             room = max_queries - len(queries)
-            add(_expand(body.strip(), schema, line, offset, room), w, line)
+            add(_entry(body.strip(), schema, line, offset, room), w, line)
         except TooLarge as err:
             raise TooLarge(
                 f"{name}:{line}: {err}" if not str(err).startswith(name) else str(err)
             ) from None
         except QueryError as err:
             raise WorkloadError(f"{name}:{line}: {err}") from None
-    return Workload(tuple(queries), tuple(weights), name)
+    return done()

@@ -20,7 +20,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dpcurator.curator import AnalystSession, Answer, Curator, DerivedAnswer, TableAnswer
+from dpcurator.curator import (
+    AnalystSession,
+    Answer,
+    Curator,
+    DerivedAnswer,
+    StatisticAnswer,
+    TableAnswer,
+)
 from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
@@ -49,7 +56,7 @@ _MAP = (
 
 #: Request fields holding a query, a condition or attribute names: a value of the wrong
 #: type there is an ``invalid_query``, as the in-process session reports it.
-_QUERY_FIELDS = frozenset({"query", "where", "attribute", "attributes"})
+_QUERY_FIELDS = frozenset({"query", "where", "attribute", "attributes", "by"})
 
 
 class ServiceError(Exception):
@@ -107,6 +114,19 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
     )
 
 
+def _statistic(a: StatisticAnswer, position: int | None = None) -> m.StatisticAnswerOut:
+    return m.StatisticAnswerOut(
+        request=a.request,
+        statistic=a.statistic,
+        results=[m.StatisticOut(**vars(r)) for r in a.results],
+        mechanism=a.mechanism,
+        cost=m.CostOut(amount=a.cost, currency=a.currency),
+        remaining=a.remaining,
+        charge_id=a.charge_id,
+        position=position,
+    )
+
+
 # --- who is asking ------------------------------------------------------------------------
 
 
@@ -144,9 +164,9 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     app = FastAPI(
         title="dpcurator",
         version="1",
-        description="Differentially private counts, histograms, marginals and sums under "
-        "an overlap-aware budget. Every route but /, /v1/health and this document needs "
-        "`Authorization: Bearer TOKEN`.",
+        description="Differentially private counts, histograms, marginals, sums, means, "
+        "variances, standard deviations and quantiles under an overlap-aware budget. Every "
+        "route but /, /v1/health and this document needs `Authorization: Bearer TOKEN`.",
         responses={
             400: {"model": m.ErrorOut},
             401: {"model": m.ErrorOut},
@@ -258,6 +278,30 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def sum_(body: m.SumRequest, who: Caller) -> m.AnswerOut:
         return _answer(session(who).sum(**body.args()))
 
+    @app.post("/v1/mean", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def mean(body: m.MomentsRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).mean(**body.args()))
+
+    @app.post("/v1/variance", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def variance(body: m.MomentsRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).variance(**body.args()))
+
+    @app.post("/v1/stdev", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def stdev(body: m.MomentsRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).stdev(**body.args()))
+
+    @app.post("/v1/quantile", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def quantile(body: m.QuantileRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).quantile(**body.args()))
+
+    @app.post("/v1/quantiles", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def quantiles(body: m.QuantilesRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).quantiles(**body.args()))
+
+    @app.post("/v1/median", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def median(body: m.MedianRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).median(**body.args()))
+
     @app.post("/v1/release", response_model=m.ReleaseOut, tags=["queries"])
     def release(body: m.ReleaseRequest, who: Caller) -> m.ReleaseOut:
         s = session(who)
@@ -282,8 +326,13 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             table=body.table,
         )
         direct = plan.strategy is None
+        stats = [
+            _statistic(a, i) for i, a in enumerate(answers) if isinstance(a, StatisticAnswer)
+        ]
+        counted = [a for a in answers if not isinstance(a, StatisticAnswer)]
         return m.ReleaseOut(
-            answers=[_answer(a) for a in answers] if direct else [],  # type: ignore[arg-type]
+            answers=[_answer(a) for a in counted] if direct else [],  # type: ignore[arg-type]
+            statistics=stats,
             derived=[] if direct else [_derived(a) for a in answers],  # type: ignore[arg-type]
             strategy=plan.strategy_name,
             strategies=[m.StrategyOut(**c.to_dict()) for c in plan.candidates],
@@ -310,6 +359,8 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             half_width=e.half_width,
             admitted=e.admitted,
             exact=e.exact,
+            error_scale=e.error_scale,
+            error=e.error,
         )
 
     @app.get("/v1/budget", response_model=m.BudgetOut, tags=["budget"])

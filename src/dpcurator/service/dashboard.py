@@ -24,6 +24,7 @@ it depends on queries and costs only); an administrator sees everyone's.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import threading
 import time
@@ -107,6 +108,46 @@ def half_width(noise: str) -> int | None:
         return int(dist.interval(0.05))
     except (ValueError, ZeroDivisionError, DpCuratorError):
         return None
+
+
+def _short(x: float, up: bool) -> float:
+    """x to 6 significant digits, rounded outward (an interval's end never moves in)."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    step = 10.0 ** (math.floor(math.log10(abs(x))) - 5)
+    return (math.ceil if up else math.floor)(x / step) * step
+
+
+def statistic_cells(results: list[object]) -> list[dict[str, Any]]:
+    """The results of a statistic's record as answer cells: the group (and q, and the
+    rank-error bound of a quantile), the value, and the 95% interval of a mean, variance
+    or standard deviation, shortened for reading."""
+    cells = []
+    for r in results:
+        if not isinstance(r, dict):
+            continue
+        value, group, q = r.get("value"), r.get("group"), r.get("q")
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        label = group if isinstance(group, str) and group else "all rows"
+        if isinstance(q, int | float) and not isinstance(q, bool):
+            label += f", q = {q:g}"
+        rank = r.get("rank_error")
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            label += f" (rank within {rank} rows)"
+        iv = r.get("interval")
+        low = high = None
+        if (
+            isinstance(iv, list)
+            and len(iv) == 2
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in iv)
+        ):
+            low, high = _short(float(iv[0]), False), _short(float(iv[1]), True)
+        shown = round(value, 6 - 1 - math.floor(math.log10(abs(value)))) if (
+            isinstance(value, float) and math.isfinite(value) and value != 0
+        ) else value
+        cells.append({"label": label, "value": shown, "low": low, "high": high})
+    return cells
 
 
 class _Rows:
@@ -384,6 +425,10 @@ class Dashboard:
             derived = answer.get("derived") if release is not None else None
             if release is not None:
                 answer = answer.get("cells") if isinstance(answer.get("cells"), dict) else {}
+            results = answer.get("results") if "statistic" in answer else None
+            if isinstance(results, list):  # a mean, variance, stdev or quantile(s)
+                cells = statistic_cells(results[:MAX_CELLS_SHOWN])
+                answer = dict.fromkeys(range(len(results)))
             for label, value in list(answer.items())[:MAX_CELLS_SHOWN]:
                 if isinstance(value, int) and not isinstance(value, bool):
                     cells.append(

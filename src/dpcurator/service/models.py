@@ -77,6 +77,42 @@ class SumRequest(_Cost):
         }
 
 
+class _Statistic(_Cost):
+    attribute: str
+    where: str | None = Field(default=None, description='the rows read, e.g. "age < 30"')
+    by: list[str] | str | None = Field(
+        default=None, description="group by these attributes: one result per combination"
+    )
+
+    def args(self) -> dict[str, object]:
+        return self.model_dump(exclude_none=True)
+
+
+class MomentsRequest(_Statistic):
+    """A mean, variance or standard deviation of ``attribute`` clipped to [lower, upper]."""
+
+    lower: int
+    upper: int
+
+
+class _Selection(_Statistic):
+    candidates: list[int] | list[str] | None = Field(
+        default=None, description="the values to choose from (default: the whole domain)"
+    )
+
+
+class QuantileRequest(_Selection):
+    q: Number = Field(description="in [0, 1], at most six decimals")
+
+
+class QuantilesRequest(_Selection):
+    qs: list[Number] = Field(description="each in [0, 1], at most six decimals")
+
+
+class MedianRequest(_Selection):
+    pass
+
+
 class ReleaseRequest(_Cost):
     """Either a workload to plan (``workload``, with an optional total cost and an
     allocation) or a batch of queries with a cost each (``queries`` and ``costs``)."""
@@ -103,7 +139,18 @@ class ReleaseRequest(_Cost):
 class EstimateRequest(_Cost):
     """Any query route's body, with the route's name as ``kind``."""
 
-    kind: Literal["count", "histogram", "marginal", "sum"]
+    kind: Literal[
+        "count",
+        "histogram",
+        "marginal",
+        "sum",
+        "mean",
+        "variance",
+        "stdev",
+        "quantile",
+        "quantiles",
+        "median",
+    ]
     query: str | None = None
     attribute: str | None = None
     attributes: list[str] | None = None
@@ -111,6 +158,10 @@ class EstimateRequest(_Cost):
     where: str | None = None
     lower: int | None = None
     upper: int | None = None
+    by: list[str] | str | None = None
+    q: Number | None = None
+    qs: list[Number] | None = None
+    candidates: list[int] | list[str] | None = None
 
     def args(self) -> dict[str, object]:
         given = self.model_dump(exclude={"kind"}, exclude_none=True)
@@ -127,6 +178,12 @@ _FIELDS = {
     "histogram": {"attribute", "bins", "where"} | _COST_FIELDS,
     "marginal": {"attributes", "where"} | _COST_FIELDS,
     "sum": {"attribute", "lower", "upper", "where"} | _COST_FIELDS,
+    "mean": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
+    "variance": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
+    "stdev": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
+    "quantile": {"attribute", "q", "where", "by", "candidates"} | _COST_FIELDS,
+    "quantiles": {"attribute", "qs", "where", "by", "candidates"} | _COST_FIELDS,
+    "median": {"attribute", "where", "by", "candidates"} | _COST_FIELDS,
 }
 
 
@@ -184,6 +241,35 @@ class DerivedAnswerOut(BaseModel):
     charge_ids: list[int]
 
 
+class StatisticOut(BaseModel):
+    """One result: ``interval`` (means, variances, standard deviations) covers the
+    group's statistic of the clipped values with probability >= 95% (rigorous);
+    ``rank_error`` (quantiles) bounds the rank's distance to the quantile's, in rows, with
+    probability >= 95%; ``std_error`` is first order (approximate)."""
+
+    group: str
+    value: int | float | str
+    q: float | None = None
+    interval: tuple[float, float] | None = None
+    rank_error: int | None = None
+    std_error: float | None = None
+    count: int | None = None
+
+
+class StatisticAnswerOut(BaseModel):
+    request: str
+    statistic: str
+    results: list[StatisticOut]
+    mechanism: str
+    cost: CostOut
+    confidence: float = 0.95
+    remaining: float
+    charge_id: int
+    position: int | None = Field(
+        default=None, description="in a workload release: its place among the answers"
+    )
+
+
 class StrategyOut(BaseModel):
     strategy: str
     detail: str
@@ -199,6 +285,7 @@ class StrategyOut(BaseModel):
 class ReleaseOut(BaseModel):
     answers: list[AnswerOut]
     derived: list[DerivedAnswerOut] = []
+    statistics: list[StatisticAnswerOut] = []
     strategy: str | None = None
     strategies: list[StrategyOut] = []
     allocation: str | None = None
@@ -219,6 +306,8 @@ class EstimateOut(BaseModel):
     confidence: float = 0.95
     admitted: bool
     exact: bool
+    error_scale: float | None = None
+    error: str = ""
 
 
 class BudgetOut(BaseModel):

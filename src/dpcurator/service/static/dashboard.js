@@ -360,15 +360,18 @@ async function estimate(ev) {
   const cost = Number(text("est-cost"));
   body[overview ? overview.currency : "epsilon"] = cost;
   if (kind === "count" && text("est-query")) body.query = text("est-query");
-  if (kind === "histogram" || kind === "sum") body.attribute = text("est-attribute");
+  const stat = ["mean", "variance", "stdev", "quantile", "median"].includes(kind);
+  if (kind === "histogram" || kind === "sum" || stat) body.attribute = text("est-attribute");
   if (kind === "marginal") body.attributes = text("est-attributes").split(",").map((s) => s.trim()).filter(Boolean);
   if (kind === "histogram" && text("est-bins")) {
     body.bins = text("est-bins").split(",").map((s) => Number(s.trim()));
   }
-  if (kind === "sum") {
+  if (kind === "sum" || kind === "mean" || kind === "variance" || kind === "stdev") {
     body.lower = Number(text("est-lower"));
     body.upper = Number(text("est-upper"));
   }
+  if (kind === "quantile") body.q = Number(text("est-q"));
+  if (stat && text("est-by")) body.by = text("est-by").split(",").map((s) => s.trim()).filter(Boolean);
   if (kind !== "count" && text("est-where")) body.where = text("est-where");
   const out = $("estimate");
   try {
@@ -379,7 +382,10 @@ async function estimate(ev) {
       ["Cost", fmt(e.cost.amount) + " " + e.cost.currency],
       ["Noise", e.noise.name + " (" + fmt(e.noise.parameter) + ")"],
       ["Expected error", "± " + fmt(e.expected_abs_error)],
-      ["95% interval", "± " + e.half_width],
+      e.kind === "quantile"
+        ? ["95% rank error", "± " + e.half_width + " rows"]
+        : ["95% interval", "± " + e.half_width],
+      ...(e.error ? [["Error", e.error]] : []),
       ["Admitted now", el("span", { class: e.admitted ? "yes" : "no" }, e.admitted ? "yes" : "no")],
     ]));
     out.querySelector("thead").remove();

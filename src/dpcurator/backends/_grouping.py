@@ -1,0 +1,175 @@
+"""What grouped statistics need from a backend, shared by every engine: checked
+arguments, and the exact arithmetic around the engine's aggregates.
+
+A backend answers two aggregate questions per *group cell* (every combination of the
+``by`` attributes' values, in :func:`itertools.product` order over the attributes as
+given; one cell without ``by``), over the rows a ``where`` query covers:
+
+* :func:`moments`: the row count, the sum of ``clip(value, lower, upper)`` and the sum of
+  its squares. The engine only sums offsets ``d = clip(code, low, high) - low`` in
+  ``[0, high - low]`` (and their squares) in 128-bit or ``DECIMAL(38, 0)`` arithmetic;
+  the values ``base + d`` are recovered here exactly: sum = n base + sum d, sum of squares =
+  n base^2 + 2 base sum d + sum d^2.
+* :func:`bin_counts`: the rows whose value *position* (the code: ``value - min`` for an
+  integer, the index in ``values`` for a categorical) lies in each half-open bin
+  ``[edges[j], edges[j + 1])``, from the engine's count per (cell, code).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpcurator.backends._validation import ClipPlan, clip_plan, is_integer
+from dpcurator.errors import InvalidParameter
+from dpcurator.queries.schema import Schema
+
+#: Most group cells one request may ask for (every cell is materialised).
+MAX_CELLS = 10**7
+#: The widest clipped range whose squares are summed: (high - low)^2 < 2^64, so that the
+#: sum of squares of fewer than 2^63 rows fits in 127 bits.
+MAX_SQUARED_SPAN = 2**32
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The ``by`` attributes: their schema positions and domain sizes."""
+
+    indices: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.sizes)
+
+    def cell_of(self, codes: Sequence[np.ndarray]) -> np.ndarray:
+        """The cell number of each row of per-attribute codes."""
+        if not self.indices:
+            n = len(codes[0]) if codes else 0
+            return np.zeros(n, dtype=np.int64)
+        return np.ravel_multi_index(tuple(np.asarray(c, np.int64) for c in codes), self.sizes)
+
+
+def groups(schema: Schema, by: object) -> Groups:
+    """The checked ``by`` attributes (a list or tuple of distinct names, possibly empty)."""
+    if isinstance(by, str) or not isinstance(by, list | tuple):
+        raise InvalidParameter(f"by must be a list of attribute names, got {type(by).__name__}")
+    names = list(by)
+    for n in names:
+        if not isinstance(n, str) or n not in schema:
+            raise InvalidParameter(f"unknown attribute {n!r} in by")
+    if len(set(names)) != len(names):
+        raise InvalidParameter("by names an attribute twice")
+    idx = tuple(schema.index(n) for n in names)
+    sizes = tuple(schema.attributes[j].size for j in idx)
+    if math.prod(sizes) > MAX_CELLS:
+        raise InvalidParameter(f"by makes {math.prod(sizes)} group cells, over {MAX_CELLS}")
+    return Groups(idx, sizes)
+
+
+def moments_plan(
+    schema: Schema, attribute: object, lower: object, upper: object, squares: bool
+) -> ClipPlan:
+    plan = clip_plan(schema, attribute, lower, upper)
+    if squares and plan.constant is None and plan.high - plan.low >= MAX_SQUARED_SPAN:
+        raise InvalidParameter(
+            f"sums of squares need a clipped range of width below {MAX_SQUARED_SPAN}"
+        )
+    return plan
+
+
+def moments(
+    plan: ClipPlan,
+    cells: int,
+    cell: np.ndarray,
+    count: Sequence[int],
+    offsets: Sequence[int | None],
+    squares: Sequence[int | None] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Exact per-cell (count, sum of clipped values, sum of their squares) as ``object``
+    arrays of Python integers, from the engine's per-cell count, sum of offsets and sum
+    of squared offsets (None where a cell has no row)."""
+    n = np.zeros(cells, dtype=object)
+    s1 = np.zeros(cells, dtype=object)
+    s2 = np.zeros(cells, dtype=object) if squares is not None else None
+    base = plan.constant if plan.constant is not None else plan.offset + plan.low
+    for i, c in enumerate(cell.tolist()):
+        k = int(count[i])
+        d1 = 0 if plan.constant is not None or offsets[i] is None else int(offsets[i])  # type: ignore[arg-type]
+        n[c] += k
+        s1[c] += k * base + d1
+        if s2 is not None:
+            sq = squares[i] if squares is not None else None
+            d2 = 0 if plan.constant is not None or sq is None else int(sq)
+            s2[c] += k * base * base + 2 * base * d1 + d2
+    return n, s1, s2
+
+
+#: Attributes with at most this many values get their moments from a count per value
+#: (one GROUP BY, then exact integer sums here), which engines do faster than 128-bit sums.
+HISTOGRAM_VALUES = 1 << 16
+
+
+def moments_from_counts(
+    plan: ClipPlan,
+    cells: int,
+    cell: np.ndarray,
+    code: np.ndarray,
+    count: np.ndarray,
+    squares: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`moments` from the engine's rows (cell, code, count): the offsets
+    d = clip(code, low, high) - low are summed here, in exact Python integers."""
+    code = np.asarray(code, dtype=np.int64)
+    if plan.constant is not None:
+        d = np.zeros(code.size, dtype=np.int64)
+    else:
+        d = np.clip(code, plan.low, plan.high) - plan.low
+    n = np.zeros(cells, dtype=object)
+    s1 = np.zeros(cells, dtype=object)
+    s2 = np.zeros(cells, dtype=object)
+    for c, k, x in zip(
+        np.asarray(cell, np.int64).tolist(),
+        np.asarray(count, np.int64).tolist(),
+        d.tolist(),
+        strict=True,
+    ):
+        n[c] += k
+        s1[c] += k * x
+        s2[c] += k * x * x
+    return moments(
+        plan, cells, np.arange(cells), n.tolist(), s1.tolist(), s2.tolist() if squares else None
+    )
+
+
+def check_edges(schema: Schema, attribute: object, edges: object) -> tuple[int, np.ndarray]:
+    """(attribute index, edges as int64): strictly increasing positions in [0, size]."""
+    if not isinstance(attribute, str) or attribute not in schema:
+        raise InvalidParameter(f"unknown attribute {attribute!r}")
+    j = schema.index(attribute)
+    size = schema.attributes[j].size
+    if isinstance(edges, str | bytes) or not isinstance(edges, Sequence | np.ndarray):
+        raise InvalidParameter("edges must be a list of integer positions")
+    raw = list(edges)
+    if len(raw) < 2 or not all(is_integer(e) for e in raw):
+        raise InvalidParameter("edges must be at least two integer positions")
+    e = [int(x) for x in raw]
+    if any(b <= a for a, b in itertools.pairwise(e)) or e[0] < 0 or e[-1] > size:
+        raise InvalidParameter(f"edges must increase strictly within [0, {size}]")
+    return j, np.asarray(e, dtype=np.int64)
+
+
+def bin_counts(
+    cells: int, edges: np.ndarray, cell: np.ndarray, code: np.ndarray, count: np.ndarray
+) -> np.ndarray:
+    """(cells, bins) int64 counts from the engine's rows (cell, code, count)."""
+    out = np.zeros((cells, len(edges) - 1), dtype=np.int64)
+    code = np.asarray(code, dtype=np.int64)
+    b = np.searchsorted(edges, code, side="right") - 1
+    keep = (b >= 0) & (code < edges[-1])
+    np.add.at(out, (np.asarray(cell, np.int64)[keep], b[keep]), np.asarray(count, np.int64)[keep])
+    return out

@@ -1,0 +1,461 @@
+"""Means, variances, standard deviations and quantiles, in the curator.
+
+Like a count, a statistic is validated and priced completely (its attribute, bounds,
+quantiles, candidates, groups, every noise and selection and every limit) before
+anything is charged; it is then charged once, in one committed ledger transaction, on the
+points its ``where`` covers (rows whose attribute is missing are left out of both the
+statistic and the charge); only then are the exact aggregates read and the noise drawn
+(:func:`~dpcurator.curator.admission.check_and_charge`), and the answer leaves the
+curator after the commit.
+
+**Grouped** statistics (``by=``) answer one result per combination of the ``by``
+attributes' values, every one of the public domain, empty or not (no key depends on the
+data). Each group's result reads only that group's rows, and the groups are disjoint, so
+together they cost the statistic's cost once at every point (parallel composition, Smith
+et al. 2022, Thm 5), like the cells of a histogram: one charge covering their union.
+
+The mechanisms and their theorems: :mod:`dpcurator.mechanisms.moments`,
+:mod:`dpcurator.mechanisms.quantile` and docs/aggregations.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpcurator.curator import requests
+from dpcurator.curator.admission import Request
+from dpcurator.curator.answers import Statistic, StatisticAnswer
+from dpcurator.curator.budget import Cost
+from dpcurator.errors import InvalidParameter, QueryError, TooLarge
+from dpcurator.mechanisms.moments import (
+    MOMENT_STATISTICS,
+    MomentsMechanism,
+    centred_sums,
+    sensitivities,
+    shares,
+)
+from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
+from dpcurator.mechanisms.quantile import (
+    QuantileMechanism,
+    quantile_fraction,
+    quantile_mechanism,
+    quantile_sensitivity,
+    rank_scores,
+)
+from dpcurator.queries import Query, Schema
+from dpcurator.queries.boolean import BooleanQuery, intersection
+from dpcurator.queries.predicates import complement, render_coverage
+
+#: The statistics a curator answers besides counts and sums.
+STATISTICS = ("mean", "variance", "stdev", "quantile", "quantiles", "median")
+#: The widest clipped range of a variance: its squares' sensitivity (U - L)^2 stays an
+#: integer well inside 2^62.
+MAX_VARIANCE_SPAN = 2**31
+#: The most quantiles one request may ask for.
+MAX_QUANTILES = 1000
+#: The level of every interval and rank-error bound.
+CONFIDENCE = Fraction(95, 100)
+
+
+@dataclass(frozen=True)
+class PreparedStatistic:
+    """A statistic validated and priced, not yet charged."""
+
+    table: str
+    covered: Query | BooleanQuery
+    kind: str  # mean, variance, stdev or quantile
+    request: str
+    cost: Cost
+    attribute: str
+    by: tuple[str, ...]
+    labels: tuple[str, ...]  # one per group cell
+    moments: MomentsMechanism | None = None
+    lower: int = 0
+    upper: int = 0
+    qs: tuple[Fraction, ...] = ()
+    selections: tuple[QuantileMechanism, ...] = ()
+    candidates: tuple[int, ...] = ()  # value positions
+    edges: tuple[int, ...] = ()
+
+    @property
+    def noise(self) -> str:
+        if self.moments is not None:
+            return str(self.moments)
+        return "; ".join(str(m) for m in self.selections)
+
+    @property
+    def mechanism(self) -> str:
+        if self.moments is not None:
+            laplace = isinstance(self.moments.total, DiscreteLaplaceNoise)
+            return "discrete_laplace" if laplace else "discrete_gaussian"
+        return self.selections[0].name
+
+    @property
+    def results(self) -> int:
+        return len(self.labels) * max(1, len(self.qs))
+
+
+def _decimal(q: Fraction) -> str:
+    return format((Decimal(q.numerator) / Decimal(q.denominator)).normalize(), "f")
+
+
+def _listing(values: Sequence[object]) -> str:
+    shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in values[:20])
+    return f"[{shown}{', ...' if len(values) > 20 else ''}]"
+
+
+class StatisticCore:
+    """How the curator prepares, measures and releases statistics (mixed into
+    :class:`~dpcurator.curator.Curator`, whose validation, budget, noise, filter and
+    ledger it uses)."""
+
+    _k: int
+    _rng: Any
+    _backends: dict[str, Any]
+    budget: Any
+    limits: requests.RequestLimits
+
+    # --- validation and pricing ---------------------------------------------------------
+
+    def _groups(
+        self, schema: Schema, by: object, attribute: str
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The ``by`` attribute names and the label of every group cell."""
+        if by is None:
+            return (), ("",)
+        if isinstance(by, bytes) or not isinstance(by, str | Iterable):
+            raise QueryError(f"by must be an attribute name or a list of them, got {by!r}")
+        names = [by] if isinstance(by, str) else requests.bounded_list(by, len(schema), "by")
+        if not names:
+            return (), ("",)
+        for n in names:
+            requests.attribute_name(n, schema, "by")
+        if len(set(names)) != len(names):
+            raise QueryError(f"by names an attribute twice: {names}")
+        if attribute in names:
+            raise QueryError(f"by must not include the attribute {attribute!r} itself")
+        attrs = [schema.attribute(n) for n in names]
+        cells = math.prod(a.size for a in attrs)
+        if cells > self.limits.max_cells:
+            raise TooLarge(
+                f"by={names} makes {cells} groups, over the limit max_cells = {self.limits.max_cells}"
+            )
+        parts = [[render_coverage(a, ((p, p + 1),)) for p in range(a.size)] for a in attrs]
+        return tuple(names), tuple(" AND ".join(c) for c in itertools.product(*parts))
+
+    def _base(
+        self, schema: Schema, attribute: str, base: Query | BooleanQuery
+    ) -> Query | BooleanQuery:
+        """The rows a statistic reads (and is charged on): ``where``, without the rows
+        whose attribute holds its missing-value marker."""
+        attr = schema.attribute(attribute)
+        if attr.missing is None:
+            return base
+        p = attr.position(attr.missing)
+        present = {attribute: complement(((p, p + 1),), attr.size)}
+        return intersection(base, Query.from_coverages(schema, present), text="")
+
+    def _shares(self, cost: Cost, parts: Sequence[Fraction]) -> list[Cost]:
+        """The cost split into ``parts`` (summing to 1) of its additive amount; a part's
+        parameter never above its share (mu: a rational just below the square root)."""
+        out = []
+        for w in parts:
+            amount = cost.amount * w
+            if self.budget.currency == "mu":
+                b = 64
+                param = Fraction(math.isqrt(math.floor(amount * 4**b)), 2**b)
+            else:
+                param = amount
+            out.append(Cost(param, amount))
+        return out
+
+    @staticmethod
+    def _tail(where: object, w: Query | BooleanQuery, by: tuple[str, ...]) -> str:
+        """The request text's ``by=`` and ``where=`` (canonical) parts."""
+        tail = f", by=[{', '.join(by)}]" if len(by) > 1 else (f", by={by[0]}" if by else "")
+        return tail + ("" if where is None else f", where={w.text or 'TRUE'}")
+
+    def _prepare_moments(
+        self,
+        kind: str,
+        attribute: str,
+        lower: int,
+        upper: int,
+        where: str | Query | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
+        table: str | None = None,
+    ) -> PreparedStatistic:
+        t = self._table(table)  # type: ignore[attr-defined]
+        schema = self._schema(t)  # type: ignore[attr-defined]
+        name = requests.attribute_name(attribute, schema)
+        if schema.attribute(name).type != "integer":
+            raise QueryError(f"{kind} needs an integer attribute; {name!r} is categorical")
+        lo, hi = requests.clip_bounds(lower, upper)
+        if lo == hi:
+            raise InvalidParameter(
+                f"the {kind} of values clipped to [{lo}, {hi}] is known: give lower < upper"
+            )
+        if kind != "mean" and hi - lo > MAX_VARIANCE_SPAN:
+            raise InvalidParameter(
+                f"a {kind} needs upper - lower <= {MAX_VARIANCE_SPAN}, got {hi - lo}"
+            )
+        names, labels = self._groups(schema, by, name)
+        w = requests.canonical_query(where, schema)
+        base = self._base(schema, name, w)
+        cost = self.budget.cost(epsilon, rho, mu)
+        noises = [
+            self._noise(c, s)[0]  # type: ignore[attr-defined]
+            for c, s in zip(
+                self._shares(cost, shares(kind)), sensitivities(kind, lo, hi, self._k), strict=True
+            )
+        ]
+        request = f"{kind}({name}, {lo}, {hi}{self._tail(where, w, names)})"
+        return PreparedStatistic(
+            t, base, kind, request, cost, name, names, labels,
+            moments=MomentsMechanism(kind, lo, hi, *noises), lower=lo, upper=hi,
+        )  # fmt: skip
+
+    def _prepare_quantiles(
+        self,
+        kind: str,
+        attribute: str,
+        qs: Sequence[object],
+        where: str | Query | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        candidates: Sequence[int | str] | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
+        table: str | None = None,
+    ) -> PreparedStatistic:
+        t = self._table(table)  # type: ignore[attr-defined]
+        schema = self._schema(t)  # type: ignore[attr-defined]
+        name = requests.attribute_name(attribute, schema)
+        attr = schema.attribute(name)
+        if not attr.ordered:
+            raise QueryError(f"a quantile needs an ordered attribute; {name!r} is not ordered")
+        raw = requests.bounded_list(qs, MAX_QUANTILES, "quantiles")
+        if not raw:
+            raise InvalidParameter("give at least one quantile")
+        fr = tuple(
+            quantile_fraction(q, "q" if kind == "quantile" else "every quantile") for q in raw
+        )
+        names, labels = self._groups(schema, by, name)
+        missing = None if attr.missing is None else attr.position(attr.missing)
+        if candidates is None:
+            if attr.size > self.limits.max_cells:
+                raise TooLarge(
+                    f"{name!r} has {attr.size} values, over the limit max_cells = "
+                    f"{self.limits.max_cells}: give candidates="
+                )
+            pos = [p for p in range(attr.size) if p != missing]
+        else:
+            given = requests.bounded_list(
+                candidates, self.limits.max_cells, "candidates", "max_cells"
+            )
+            pos = sorted({self._position(attr, v) for v in given})
+            if missing in pos:
+                raise QueryError(f"candidate {attr.missing!r} is {name!r}'s missing-value marker")
+        if not pos:
+            raise QueryError(f"{name!r} has no value to choose from")
+        work = len(labels) * len(pos) * len(fr)
+        if work > self.limits.max_cells:
+            raise TooLarge(
+                f"{len(labels)} groups x {len(pos)} candidates x {len(fr)} quantiles = {work}, "
+                f"over the limit max_cells = {self.limits.max_cells}"
+            )
+        w = requests.canonical_query(where, schema)
+        base = self._base(schema, name, w)
+        cost = self.budget.cost(epsilon, rho, mu)
+        parts = self._shares(cost, [Fraction(1, len(fr))] * len(fr))
+        cur = self.budget.currency
+        sel = tuple(
+            quantile_mechanism(cur, c.amount, quantile_sensitivity(q, self._k))
+            for c, q in zip(parts, fr, strict=True)
+        )
+        edges = sorted({0, attr.size, *pos, *(p + 1 for p in pos)})
+        text = {
+            "median": f"median({name}",
+            "quantile": f"quantile({name}, {_decimal(fr[0])}",
+            "quantiles": f"quantiles({name}, [{', '.join(_decimal(q) for q in fr)}]",
+        }[kind]
+        if candidates is not None:
+            text += f", candidates={_listing([attr.value(p) for p in pos])}"
+        request = text + self._tail(where, w, names) + ")"
+        return PreparedStatistic(
+            t, base, "quantile", request, cost, name, names, labels,
+            qs=fr, selections=sel, candidates=tuple(pos), edges=tuple(edges),
+        )  # fmt: skip
+
+    @staticmethod
+    def _position(attr: Any, value: object) -> int:
+        if attr.type == "integer":
+            v = requests.integer(value, "every candidate")
+            if not attr.min <= v <= attr.max:
+                raise QueryError(f"candidate {v} is outside {attr.name!r} [{attr.min}, {attr.max}]")
+            return v - attr.min
+        if not isinstance(value, str) or value not in attr.values:
+            raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}")
+        return int(attr.position(value))
+
+    def _prepare_statistic(self, kind: object, args: Mapping[str, Any]) -> PreparedStatistic:
+        """A statistic given as its kind and keyword arguments (as ``estimate`` and the
+        HTTP service receive it), bound against the request's own signature."""
+        if not isinstance(kind, str) or kind not in STATISTICS:
+            raise InvalidParameter(f"kind must be one of {', '.join(STATISTICS)}, got {kind!r}")
+        if any(not isinstance(k, str) or k.startswith("_") for k in args):
+            raise InvalidParameter(f"{kind}: unknown argument")
+        try:
+            inspect.signature(getattr(self, kind)).bind(**args)
+        except TypeError as err:  # an unknown or missing keyword
+            raise InvalidParameter(f"{kind}: {err}") from None
+        a = dict(args)
+        if kind in MOMENT_STATISTICS:
+            return self._prepare_moments(kind, **a)
+        if kind == "quantile":
+            a["qs"] = [a.pop("q")]
+        elif kind == "median":
+            a["qs"] = [Fraction(1, 2)]
+        return self._prepare_quantiles(kind, **a)
+
+    # --- measuring, once charged ---------------------------------------------------------
+
+    def _measure(self, p: PreparedStatistic) -> list[Statistic]:
+        """Read the exact aggregates, add the noise or select: the released results."""
+        be = self._backends[p.table]
+        alpha = float(1 - CONFIDENCE)
+        if p.moments is not None:
+            n, s1, s2 = be.clipped_moments(
+                p.attribute, p.lower, p.upper, p.covered, p.by, squares=p.kind != "mean"
+            )
+            exact: list[tuple[int, ...]] = []
+            for i in range(len(p.labels)):
+                nn, ss, tt = centred_sums(
+                    int(n[i]), int(s1[i]), None if s2 is None else int(s2[i]), p.lower, p.upper
+                )
+                exact.append((nn, ss) if tt is None else (nn, ss, tt))
+            out = []
+            for label, noisy in zip(p.labels, p.moments.noisy(exact, self._rng), strict=True):
+                value, interval, se = p.moments.estimate(
+                    noisy[0], noisy[1], noisy[2] if len(noisy) > 2 else None, alpha
+                )
+                out.append(Statistic(label, value, interval=interval, std_error=se, count=noisy[0]))
+            return out
+        counts = be.binned_counts(p.attribute, list(p.edges), p.covered, p.by)
+        where_bin = np.searchsorted(np.asarray(p.edges), np.asarray(p.candidates))
+        attr = self._schema(p.table).attribute(p.attribute)  # type: ignore[attr-defined]
+        bounds = [
+            m.rank_error_bound(len(p.candidates), q, 1 - CONFIDENCE)
+            for m, q in zip(p.selections, p.qs, strict=True)
+        ]
+        out = []
+        for label, row in zip(p.labels, counts, strict=True):
+            before = np.concatenate(([0], np.cumsum(row)[:-1]))
+            below, equal = before[where_bin], row[where_bin]
+            for q, m, t in zip(p.qs, p.selections, bounds, strict=True):
+                i = m.select(rank_scores(below, equal, int(row.sum()), q), self._rng)
+                value = attr.value(p.candidates[i])
+                out.append(Statistic(label, value, q=float(q), rank_error=t))
+        return out
+
+    def _release_statistic(self, p: PreparedStatistic, analyst: str | None) -> StatisticAnswer:
+        """Charge once on the covered points, then measure; the answer is recorded with
+        the charge in one transaction."""
+        self._quota(analyst)  # type: ignore[attr-defined]
+        results: list[Statistic] = []
+
+        def answers() -> list[object]:
+            results.extend(self._measure(p))
+            return [{"statistic": p.kind, "results": [record(r) for r in results]}]
+
+        # a union of disjoint boxes is charged like a box (the filter takes both)
+        charge = Request(p.covered, p.cost.amount, p.kind, p.request, p.noise)  # type: ignore[arg-type]
+        ((charge_id, _),) = self._charge(p.table, [charge], analyst, answers)  # type: ignore[attr-defined]
+        left = self._quick_remaining([p.covered], p.table, analyst)[0]  # type: ignore[attr-defined]
+        return StatisticAnswer(
+            p.request,
+            p.kind,
+            tuple(results),
+            p.mechanism,
+            self.budget.display(p.cost.amount),
+            self.budget.currency,
+            left.value,
+            charge_id,
+            left.exact,
+        )
+
+    def _estimate_statistic(self, kind: str, args: Mapping[str, Any], analyst: str | None) -> Any:
+        """A statistic's :class:`~dpcurator.curator.curator.Estimate`: the moments' sum
+        noise (and the statistic's error scale) or the selection's rank-error bounds, in
+        rows; charges nothing and reads no data."""
+        from dpcurator.curator.curator import Estimate
+
+        p = self._prepare_statistic(kind, args)
+        self._quota(analyst)  # type: ignore[attr-defined]
+        d = self._decide(p.table, p.covered, p.cost.amount, analyst)  # type: ignore[attr-defined]
+        common = {
+            "kind": p.kind,
+            "request": p.request,
+            "cells": p.results,
+            "cost": self.budget.display(p.cost.amount),
+            "currency": self.budget.currency,
+            "admitted": d.admitted,
+            "exact": d.exact,
+        }
+        if p.moments is not None:
+            total = p.moments.total
+            name = p.mechanism
+            param = float(total.scale if isinstance(total, DiscreteLaplaceNoise) else total.sigma)
+            scale = p.moments.error_scale()
+            what = "variance" if p.kind == "stdev" else p.kind
+            return Estimate(
+                **common,
+                noise=name,
+                noise_parameter=param,
+                expected_abs_error=total.expected_abs(),
+                half_width=total.interval(0.05),
+                error_scale=scale,
+                error=f"the {what}'s standard error is at most {scale:.4g} / n in a group of "
+                "n rows (first order, wherever the values lie within the bounds)",
+            )
+        m = p.selections[0]
+        bound = max(
+            s.rank_error_bound(len(p.candidates), r, Fraction(1, 20))
+            for s, r in zip(p.selections, p.qs, strict=True)
+        )
+        return Estimate(
+            **common,
+            noise=m.name,
+            noise_parameter=float(m.epsilon),
+            expected_abs_error=max(
+                s.expected_rank_error(len(p.candidates), r)
+                for s, r in zip(p.selections, p.qs, strict=True)
+            ),
+            half_width=bound,
+            error=f"with probability 0.95 each result is within {bound} rows of its "
+            "quantile's rank (beyond the best candidate's: 0 when every value is one)",
+        )
+
+
+def record(r: Statistic) -> dict[str, object]:
+    """A result as the ledger records it (JSON)."""
+    d: dict[str, object] = {"group": r.group, "value": r.value}
+    for k in ("q", "interval", "rank_error", "std_error", "count"):
+        v = getattr(r, k)
+        if v is not None:
+            d[k] = list(v) if isinstance(v, tuple) else v
+    return d

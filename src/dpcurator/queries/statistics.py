@@ -1,0 +1,270 @@
+"""Statistics in a workload: ``mean(...)``, ``variance(...)``, ``stdev(...)``,
+``quantile(...)``, ``quantiles(...)`` and ``median(...)`` lines. Pure: text in, a checked
+description and the points it reads out.
+
+Forms (keyword arguments in any order, after the positional ones)::
+
+    mean(income, 0, 200000, where=age < 30)         # also variance, stdev
+    quantile(age, 0.9, by=sex)
+    quantiles(hours-per-week, [0.25, 0.5, 0.75], by=[sex, race])
+    median(age, where=sex = 'F', candidates=[20, 30, 40, 50, 60])
+
+A statistic line is one measurement: it reads the rows its ``where`` covers (without the
+rows whose attribute is missing), and those are the points it is charged on, whatever
+its groups (they are disjoint: parallel composition, Smith et al. 2022, Thm 5). The
+planner gives it a cost as it would a count of that coverage with the line's weight.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.queries.boolean import BooleanQuery, intersection
+from dpcurator.queries.predicates import Query, complement
+from dpcurator.queries.schema import Attribute, Schema
+
+__all__ = [
+    "MAX_Q_DENOMINATOR",
+    "STATISTIC_LINE",
+    "StatisticSpec",
+    "parse_statistic",
+    "quantile_fraction",
+    "statistic_coverage",
+]
+
+#: A statistic line: its kind and what is between its parentheses.
+STATISTIC_LINE = re.compile(
+    r"^(mean|variance|stdev|quantiles|quantile|median)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL
+)
+#: A quantile q is read as its decimal, with at most six decimal places.
+MAX_Q_DENOMINATOR = 10**6
+_INT = re.compile(r"^-?\d+$")
+_NUMBER = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)$")
+_KEYWORDS = {"where", "by", "candidates"}
+
+
+def quantile_fraction(q: object, name: str = "q") -> Fraction:
+    """q in [0, 1] as the exact decimal it is written as (0.25 is 1/4), at most six
+    decimal places (so that scores stay small integers)."""
+    if isinstance(q, bool) or not isinstance(q, int | float | Fraction):
+        raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
+    if isinstance(q, float):
+        if not math.isfinite(q):
+            raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
+        f = Fraction(repr(q))
+    else:
+        f = Fraction(q)
+    if not 0 <= f <= 1:
+        raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
+    if MAX_Q_DENOMINATOR % f.denominator:
+        raise InvalidParameter(f"{name} may have at most six decimal places, got {q!r}")
+    return f
+
+
+@dataclass(frozen=True)
+class StatisticSpec:
+    """One statistic line, checked against the schema."""
+
+    kind: str
+    attribute: str
+    lower: int | None = None
+    upper: int | None = None
+    qs: tuple[Fraction, ...] = ()
+    by: tuple[str, ...] = ()
+    candidates: tuple[int | str, ...] | None = None
+    where: str | None = None
+
+    def args(self) -> dict[str, object]:
+        """The keyword arguments of the curator's method of that name (no cost)."""
+        d: dict[str, object] = {"attribute": self.attribute}
+        if self.kind in ("mean", "variance", "stdev"):
+            d["lower"], d["upper"] = self.lower, self.upper
+        elif self.kind == "quantile":
+            d["q"] = self.qs[0]
+        elif self.kind == "quantiles":
+            d["qs"] = list(self.qs)
+        if self.where is not None:
+            d["where"] = self.where
+        if self.by:
+            d["by"] = list(self.by)
+        if self.candidates is not None:
+            d["candidates"] = list(self.candidates)
+        return d
+
+
+def statistic_coverage(
+    schema: Schema, attribute: str, where: Query | BooleanQuery, text: str | None = None
+) -> Query | BooleanQuery:
+    """The points a statistic of ``attribute`` over ``where`` reads: ``where``'s, less the
+    attribute's missing-value marker (its rows are left out). ``text``: the result's text
+    (None keeps ``where``'s; "" the canonical one)."""
+    attr = schema.attribute(attribute)
+    if attr.missing is None:
+        if text is None:
+            return where
+        return intersection(where, Query(schema, ()), text=text)
+    p = attr.position(attr.missing)
+    present = Query.from_coverages(schema, {attribute: complement(((p, p + 1),), attr.size)})
+    return intersection(where, present, text=text)
+
+
+def split_arguments(text: str) -> list[str]:
+    """Top-level comma-separated parts (commas inside quotes, brackets or parentheses
+    stay)."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, c in enumerate(text):
+        if c == "'":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+            if depth < 0:
+                raise QueryError(f"unbalanced {c!r}")
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if quoted:
+        raise QueryError("unterminated string")
+    if depth:
+        raise QueryError("unbalanced brackets")
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _bracketed(text: str, what: str) -> list[str]:
+    t = text.strip()
+    if not (t.startswith("[") and t.endswith("]")):
+        raise QueryError(f"{what} must be a bracketed list, e.g. [a, b]")
+    inner = t[1:-1].strip()
+    return split_arguments(inner) if inner else []
+
+
+def _name(text: str, schema: Schema) -> str:
+    name = text.strip()
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        name = name[1:-1].replace('""', '"')
+    if name not in schema:
+        raise QueryError(f"unknown attribute {name!r}")
+    return name
+
+
+def _integer(text: str, what: str) -> int:
+    if not _INT.match(text.strip()):
+        raise QueryError(f"{what} must be an integer, got {text.strip()!r}")
+    return int(text.strip())
+
+
+def _quantile(text: str) -> Fraction:
+    t = text.strip()
+    if not _NUMBER.match(t):
+        raise QueryError(f"a quantile must be a number in [0, 1], got {t!r}")
+    try:
+        return quantile_fraction(Fraction(t))
+    except InvalidParameter as err:
+        raise QueryError(f"{err} ({t})") from None
+
+
+def _candidate(text: str, attr: Attribute) -> int | str:
+    t = text.strip()
+    if attr.type == "integer":
+        v = _integer(t, "a candidate")
+        if not attr.min <= v <= attr.max:
+            raise QueryError(f"candidate {v} is outside {attr.name!r}'s domain")
+        return v
+    if len(t) < 2 or t[0] != "'" or t[-1] != "'":
+        raise QueryError(f"a candidate of {attr.name!r} is a quoted value, got {t!r}")
+    value = t[1:-1].replace("''", "'")
+    if value not in attr.values:
+        raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}")
+    return value
+
+
+def parse_statistic(
+    kind: str, inner: str, schema: Schema, line: int | None = None, text: str = ""
+) -> tuple[StatisticSpec, Query | BooleanQuery]:
+    """A statistic line (its kind and what is between its parentheses) checked against
+    ``schema``, and the points it reads, as a query with ``text`` and ``line``."""
+    from dpcurator.queries.parser import parse_query
+
+    kind = kind.lower()
+    parts = split_arguments(inner)
+    positional: list[str] = []
+    keywords: dict[str, str] = {}
+    for part in parts:
+        m = re.match(r"^([A-Za-z_]+)\s*=(?!=)(.*)$", part, re.DOTALL)
+        if m is not None and m.group(1).lower() in _KEYWORDS:
+            key = m.group(1).lower()
+            if key in keywords:
+                raise QueryError(f"{key}= is given twice")
+            keywords[key] = m.group(2).strip()
+        elif keywords:
+            raise QueryError(f"positional argument {part!r} after a keyword argument")
+        elif not part:
+            raise QueryError(f"{kind}: an empty argument")
+        else:
+            positional.append(part)
+    want = {"mean": 3, "variance": 3, "stdev": 3, "quantile": 2, "quantiles": 2, "median": 1}[kind]
+    usage = {
+        3: f"{kind}(attribute, lower, upper[, by=..., where=...])",
+        2: f"{kind}(attribute, {'q' if kind == 'quantile' else '[q, ...]'}[, by=..., where=..., candidates=[...]])",
+        1: "median(attribute[, by=..., where=..., candidates=[...]])",
+    }[want]
+    if len(positional) != want:
+        raise QueryError(f"{kind} takes {usage}")
+    name = _name(positional[0], schema)
+    attr = schema.attribute(name)
+    lower = upper = None
+    qs: tuple[Fraction, ...] = ()
+    if want == 3:
+        if "candidates" in keywords:
+            raise QueryError(f"{kind} takes no candidates=")
+        if attr.type != "integer":
+            raise QueryError(f"{kind} needs an integer attribute; {name!r} is categorical")
+        lower, upper = _integer(positional[1], "lower"), _integer(positional[2], "upper")
+        if lower >= upper:
+            raise QueryError(f"{kind} needs lower < upper, got [{lower}, {upper}]")
+    else:
+        if not attr.ordered:
+            raise QueryError(f"a quantile needs an ordered attribute; {name!r} is not ordered")
+        if kind == "quantile":
+            qs = (_quantile(positional[1]),)
+        elif kind == "quantiles":
+            qs = tuple(_quantile(x) for x in _bracketed(positional[1], "the quantiles"))
+            if not qs:
+                raise QueryError("quantiles needs at least one q")
+        else:
+            qs = (Fraction(1, 2),)
+    by: tuple[str, ...] = ()
+    if "by" in keywords:
+        raw = keywords["by"]
+        names = _bracketed(raw, "by") if raw.startswith("[") else [raw]
+        by = tuple(_name(n, schema) for n in names)
+        if not by or len(set(by)) != len(by) or name in by:
+            raise QueryError("by= needs distinct attributes other than the statistic's own")
+    candidates = None
+    if "candidates" in keywords:
+        candidates = tuple(
+            _candidate(x, attr) for x in _bracketed(keywords["candidates"], "candidates")
+        )
+        if not candidates:
+            raise QueryError("candidates= needs at least one value")
+    where = keywords.get("where")
+    if where is not None and not where:
+        raise QueryError("where= needs a condition")
+    base = parse_query(where, schema) if where is not None else Query(schema, ())
+    spec = StatisticSpec(kind, name, lower, upper, qs, by, candidates, where)
+    covered = statistic_coverage(schema, name, base, text)
+    return spec, (covered if covered.line == line else _at_line(covered, line))
+
+
+def _at_line(q: Query | BooleanQuery, line: int | None) -> Query | BooleanQuery:
+    if isinstance(q, BooleanQuery):
+        return BooleanQuery.from_boxes(q.schema, q.boxes, text=q.text, line=line)
+    return Query(q.schema, q.predicates, q.text, line)
