@@ -85,6 +85,7 @@ def _answer(d: dict[str, Any]) -> Answer:
         d["half_width"],
         d["remaining"],
         d["charge_id"],
+        d.get("remaining_exact", True),
     )
 
 
@@ -96,6 +97,7 @@ def _table(d: dict[str, Any]) -> TableAnswer:
         d["cost"]["currency"],
         d["remaining"],
         d["charge_id"],
+        d.get("remaining_exact", True),
     )
 
 

@@ -87,6 +87,7 @@ def _answer(a: Answer) -> m.AnswerOut:
         noise=m.NoiseOut(name=a.noise, parameter=a.noise_parameter),
         remaining=a.remaining,
         charge_id=a.charge_id,
+        remaining_exact=a.remaining_exact,
     )
 
 
@@ -111,6 +112,7 @@ def _table(t: TableAnswer) -> m.TableAnswerOut:
         cost=m.CostOut(amount=t.cost, currency=t.currency),
         remaining=t.remaining,
         charge_id=t.charge_id,
+        remaining_exact=t.remaining_exact,
     )
 
 

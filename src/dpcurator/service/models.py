@@ -216,6 +216,11 @@ class AnswerOut(BaseModel):
     noise: NoiseOut
     remaining: float
     charge_id: int
+    remaining_exact: bool = Field(
+        True,
+        description="remaining is exactly what GET /v1/budget reports on these points; "
+        "false: a lower bound (never more than truly remains)",
+    )
 
 
 class TableAnswerOut(BaseModel):
@@ -224,6 +229,7 @@ class TableAnswerOut(BaseModel):
     cost: CostOut
     remaining: float
     charge_id: int
+    remaining_exact: bool = True
 
 
 class DerivedAnswerOut(BaseModel):
