@@ -5,6 +5,7 @@ line, a JSON answer field by field (noisy values aside), a message word for word
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -159,10 +160,15 @@ def test_readme_serve_demo_and_its_client(tmp_path: Path) -> None:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
         )
         assert p.returncode == 0, p.stderr
-        shown = re.fullmatch(r"(-?\d+) \((-?\d+), (-?\d+)\) ([\d.]+)\n", p.stdout)
+        count, means, median = p.stdout.splitlines()
+        shown = re.fullmatch(r"(-?\d+) \((-?\d+), (-?\d+)\) ([\d.]+)", count)
         assert shown is not None, p.stdout
         value, low, high, remaining = shown.groups()
         assert int(low) < int(value) < int(high) and float(remaining) == pytest.approx(0.9)
+        groups = ast.literal_eval(means)  # a mean per sex, each inside its interval
+        assert [g for g, _, _ in groups] == ["sex = 'Female'", "sex = 'Male'"]
+        assert all(lo <= v <= hi for _, v, (lo, hi) in groups)
+        assert 17 <= int(median) <= 90
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -210,7 +216,7 @@ def test_service_analysts_session_is_real(tmp_path: Path) -> None:
 
 PAIR = re.compile(r'"([A-Za-z_]+)":\s*("(?:[^"\\]|\\.)*"|-?[\d.]+(?:e-?\d+)?|true|false|null)')
 #: Fields of an answer that differ from run to run (noise, time, a new token).
-NOISY = {"value", "created", "token"}
+NOISY = {"value", "created", "token", "interval", "std_error", "count"}
 
 
 def pairs(text: str) -> list[tuple[str, object]]:

@@ -42,7 +42,8 @@ def wide_people(directory: Path) -> tuple[Path, Path]:
 
 
 def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
-    config = "[server]\nrequests_per_second = 0.5\nburst = 3\n"
+    # a token every 5 s: the four requests below fit in that, even on a busy machine
+    config = "[server]\nrequests_per_second = 0.2\nburst = 3\n"
     with running(tmp_path, config=config) as s:
         s.add("ann")
         s.add("ben")
@@ -53,7 +54,7 @@ def test_a_token_over_its_rate_gets_429(tmp_path: Path) -> None:
             r = h.post("/v1/count", json={"query": "age < 30", "epsilon": 0.1})
             e = assert_error(r, 429, "rate_limited")
             wait = int(r.headers["retry-after"])
-            assert 1 <= wait <= 2 and f"retry in {wait} s" in e["message"]  # 0.5 a second
+            assert 1 <= wait <= 5 and f"retry in {wait} s" in e["message"]  # 0.2 a second
             assert s.charges() == before  # refused before the curator saw it
             assert_error(h.get("/v1/budget"), 429, "rate_limited")
         with s.client("ann", retry=False) as c, pytest.raises(RateLimited):
