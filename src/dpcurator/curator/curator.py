@@ -70,11 +70,6 @@ def _describe(noise: object) -> tuple[str, float]:
     return "discrete_gaussian", float(noise.sigma)
 
 
-def _and(q: Query | BooleanQuery, coverages: Mapping[str, tuple]) -> Query | BooleanQuery:
-    """The query covering C_q ∩ (the box ``coverages``), with canonical text."""
-    return intersection(q, Query.from_coverages(q.schema, dict(coverages)), text="")
-
-
 def _cells(
     base: Query | BooleanQuery, boxes: Iterable[dict[str, tuple]]
 ) -> tuple[tuple[Query | BooleanQuery, ...], tuple[str, ...]]:
