@@ -99,7 +99,7 @@ def test_the_main_file_alone_is_the_whole_ledger(tmp_path):
     led = Ledger(path, IDENTITY)
     charge(led, 0)
     assert not Path(f"{path}-wal").exists()
-    assert led._db.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
+    assert led._store._db.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
     led.close()
 
 
