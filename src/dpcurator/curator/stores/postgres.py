@@ -294,16 +294,23 @@ class PostgresStore:
 
     # --- transactions ----------------------------------------------------------------
 
-    def _begin(self, statement: str) -> Rows:
-        if self._conn.closed or self._conn.broken:
-            self._conn = self._connect()
+    def _start(self, conn: Any, statement: str) -> Any:
+        """``conn`` (or a new connection, if it is gone) with ``statement`` run on it; a
+        session that ended while idle (a restarted server, a terminated backend) is
+        opened again, once."""
+        if conn is None or conn.closed or conn.broken:
+            conn = self._connect()
         try:
-            self._conn.execute(statement)
+            conn.execute(statement)
         except self._psycopg.OperationalError:
-            if not self._conn.broken:
+            if not conn.broken:
                 raise
-            self._conn = self._connect()  # the session ended while idle: once more
-            self._conn.execute(statement)
+            conn = self._connect()
+            conn.execute(statement)
+        return conn
+
+    def _begin(self, statement: str) -> Rows:
+        self._conn = self._start(self._conn, statement)
         return Rows(self._conn, "%s")
 
     def begin_read(self) -> Rows:
@@ -347,10 +354,9 @@ class PostgresStore:
     def read_now(self, read: Callable[[Rows], T]) -> T:
         """``read`` in a snapshot of a connection of its own: readers never wait for the
         writers' lock."""
-        if self._auth is None or self._auth.closed or self._auth.broken:
-            self._auth = self._connect()
-        conn = self._auth
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._auth = conn = self._start(
+            self._auth, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        )
         try:
             return read(Rows(conn, "%s"))
         finally:
@@ -452,8 +458,11 @@ def _refuse_occupied(conn: Any, schema: str, location: str, *, force: bool, labe
 
 
 def _fingerprint(conn: Any, ns: int, name: str) -> list[tuple]:
+    """What :data:`_FINGERPRINT` finds in the namespace ``ns`` (called ``name``), with
+    names qualified by it unqualified."""
+    qualified = re.compile(rf"\b(?:{re.escape(name)}|pg_temp(?:_[0-9]+)?)\.")
     rows = conn.execute(_FINGERPRINT, {"ns": ns}).fetchall()
-    return [tuple(str(v).replace(f" {name}.", " ") for v in r) for r in rows]
+    return [tuple(qualified.sub("", str(v)) for v in r) for r in rows]
 
 
 def _reference(conn: Any) -> list[tuple]:
