@@ -35,7 +35,7 @@ def binaries() -> Path | None:
             return Path(where)
     found = shutil.which("pg_ctl")
     if found:
-        return Path(found).parent
+        return Path(found).resolve().parent
     versions = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
         key=lambda p: (
@@ -142,7 +142,8 @@ def stop(directory: Path) -> None:
     data = directory / "data"
     if bindir is None or not (data / "postmaster.pid").exists():
         return
-    _run(server_user(), str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+    owner = pwd.getpwuid(directory.stat().st_uid).pw_name if os.geteuid() == 0 else None
+    _run(owner, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
 
 
 def temporary(*, durable: bool = False) -> Cluster:
