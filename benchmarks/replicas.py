@@ -78,7 +78,7 @@ c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, tim
 print("ready", flush=True)
 sys.stdin.readline()
 start = time.monotonic()
-times, errors, i = [], 0, 0
+times, errors, i = [], {}, 0
 while True:
     t = time.monotonic()
     if t - start > warmup + seconds:
@@ -86,7 +86,8 @@ while True:
     r = c.post("/v1/count", json={"query": queries[i % len(queries)], "epsilon": 0.001})
     i += 1
     if r.status_code != 200:
-        errors += 1
+        reason = f"{r.status_code} {r.json().get('error')}"
+        errors[reason] = errors.get(reason, 0) + 1
     elif t - start >= warmup:
         times.append(time.monotonic() - t)
 print(json.dumps({"latencies": times, "errors": errors}), flush=True)
@@ -145,7 +146,7 @@ def servers(directory: Path, data: tuple[Path, Path], ledger: str, n: int) -> It
                 p.kill()
 
 
-def measure(urls: list[str], tokens: list[str], seconds: float) -> dict[str, float]:
+def measure(urls: list[str], tokens: list[str], seconds: float) -> dict:
     procs = [
         subprocess.Popen(
             [
@@ -176,13 +177,16 @@ def measure(urls: list[str], tokens: list[str], seconds: float) -> dict[str, flo
         "rate": len(lat) / seconds,
         "p50": float(np.percentile(lat, 50)) * 1000 if len(lat) else float("nan"),
         "p95": float(np.percentile(lat, 95)) * 1000 if len(lat) else float("nan"),
-        "errors": sum(r["errors"] for r in results),
+        "errors": {
+            k: sum(r["errors"].get(k, 0) for r in results)
+            for k in sorted({k for r in results for k in r["errors"]})
+        },
     }
 
 
 def run_config(
     directory: Path, data: tuple[Path, Path], ledger: str, n: int, seconds: float
-) -> dict[str, float]:
+) -> dict:
     with servers(directory, data, ledger, n) as urls:
         led = Ledger(ledger, None, create=False)
         try:
@@ -225,12 +229,15 @@ def main() -> int:
             f"\n{CLIENTS} client processes, {ROWS:,} rows, {args.seconds:g} s each, "
             f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
         )
-        print("| ledger | servers | counts/s | p50 ms | p95 ms | vs 1 SQLite server | errors |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(
+            "| ledger | servers | counts/s | p50 ms | p95 ms | vs 1 SQLite server | not answered |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---|")
         for kind, n, r in rows:
+            errors = ", ".join(f"{v} {k}" for k, v in r["errors"].items()) or "0"
             print(
                 f"| {kind} | {n} | {r['rate']:.0f} | {r['p50']:.1f} | {r['p95']:.1f} | "
-                f"{r['rate'] / base:.2f}x | {r['errors']} |"
+                f"{r['rate'] / base:.2f}x | {errors} |"
             )
     finally:
         if cluster is not None:

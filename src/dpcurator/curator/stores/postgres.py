@@ -320,13 +320,15 @@ class PostgresStore:
         self._conn.execute("COMMIT")
 
     def begin_write(self) -> Rows:
-        rows = self._begin("BEGIN ISOLATION LEVEL READ COMMITTED")
+        # one round trip: the key is this store's own integer, not text from outside
         try:
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+            return self._begin(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; "
+                f"SELECT pg_advisory_xact_lock({int(self._key)})"
+            )
         except BaseException:
             self.rollback()
             raise
-        return rows
 
     def commit(self) -> None:
         self._conn.execute("COMMIT")
