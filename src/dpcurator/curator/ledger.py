@@ -395,7 +395,7 @@ class Ledger:
     def _meta_head(self, key: str, rows: Rows | None = None) -> tuple[int, str]:
         value = (rows or self._rows()).meta_value(key)
         try:
-            n, h = value.split(" ")  # type: ignore[union-attr]
+            n, h = value.split(" ")  # type: ignore[attr-defined]
             return int(n), h
         except (TypeError, ValueError, AttributeError):
             raise LedgerError(
