@@ -136,14 +136,14 @@ def test_close_waits_for_counts_in_flight():
     q = Query.from_coverages(SCHEMA, {"a": ((0, 4),)})
     want = int(backend.counts([q])[0])
     started, release = threading.Event(), threading.Event()
-    original = DuckDBBackend._dense_arrays
+    original = DuckDBBackend._filter_counts  # a lone count's path
 
-    def slow(self, con, keys):
+    def slow(self, con, key, covs):
         started.set()
         assert release.wait(20)
-        return original(self, con, keys)
+        return original(self, con, key, covs)
 
-    with mock.patch.object(DuckDBBackend, "_dense_arrays", slow), ThreadPoolExecutor(2) as pool:
+    with mock.patch.object(DuckDBBackend, "_filter_counts", slow), ThreadPoolExecutor(2) as pool:
         counting = pool.submit(lambda: int(backend.counts([q])[0]))
         assert started.wait(20)
         closing = pool.submit(backend.close)
