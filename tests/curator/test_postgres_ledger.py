@@ -13,7 +13,6 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-import psycopg
 import pytest
 from ledger_places import Place, with_schema
 from tcp_proxy import Proxy
@@ -25,6 +24,7 @@ from dpcurator.curator.stores.postgres import _key
 from dpcurator.errors import LedgerError
 from dpcurator.privacy import PureDP
 
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 pytestmark = pytest.mark.usefixtures("postgres_url")
 
 IDENTITY = {"budget": "PureDP(1)", "currency": "epsilon", "amount": "1", "tables": {"t": {}}}

@@ -29,7 +29,6 @@ from math import lcm
 from pathlib import Path
 
 import numpy as np
-import psycopg
 import pytest
 from ledger_places import Place, with_schema
 from tcp_proxy import Proxy
@@ -50,6 +49,7 @@ BUDGET = Fraction(1)
 QUOTA = Fraction(3, 10)
 ANALYSTS = [f"analyst{i}" for i in range(4)]
 
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 pytestmark = pytest.mark.usefixtures("postgres_url")
 
 
