@@ -177,13 +177,14 @@ def _retried(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: Ledger, *args: Any, **kw: Any) -> Any:
-        for attempt in range(WRITE_ATTEMPTS):
+        if self._writing:
+            return method(self, *args, **kw)
+        for _ in range(WRITE_ATTEMPTS - 1):
             try:
                 return method(self, *args, **kw)
             except TransactionAborted:
-                if self._writing or attempt + 1 == WRITE_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+                pass
+        return method(self, *args, **kw)
 
     return run  # type: ignore[return-value]
 
