@@ -719,3 +719,26 @@ def charge_in(led: Ledger, i: int) -> int:
         level=Fraction(1, 20) * (i + 1),
         noise="discrete_laplace(20)",
     )
+
+
+def test_a_valid_token_is_never_refused_while_other_processes_commit(place, tmp_path):
+    """Servers that start while other processes keep charging: every one of their first
+    authentications (a fresh view, read while commits come and go) finds the token."""
+    led = Ledger(place.target, IDENTITY)
+    token = led.add_credential("alice")
+    led.close()
+    writers = [writer(place.target, 100_000, wait=False) for _ in range(2)]
+    try:
+        for p in writers:
+            assert p.stdout.readline().strip().isdigit(), p.stderr.read()
+        server = Ledger(place.target, IDENTITY)
+        refused = 0
+        for _ in range(300):
+            server._auth_view = ((0, b""), {}, {})  # as a server that has just started
+            refused += server.authenticate(token) is None
+        server.close()
+    finally:
+        for p in writers:
+            p.kill()
+            p.wait(timeout=30)
+    assert refused == 0

@@ -49,7 +49,6 @@ from dpcurator.curator.credentials import (
     split_token,
 )
 from dpcurator.curator.stores import (
-    Busy,
     Rows,
     is_url,
     location_of,
@@ -830,12 +829,14 @@ class Ledger:
     def authenticate(self, token: object) -> Principal | None:
         """Who holds ``token``, or None (unknown, malformed or revoked).
 
-        Never waits for the write lock: tokens are looked up in a verified view of the
-        analysts' chain, brought up to the head on a read-only connection of its own
+        Never waits for a check-and-charge: tokens are looked up in a verified view of
+        the analysts' chain, brought up to the head on a read-only connection of its own
         before each lookup (one small read), so a revocation committed by any process
-        applies to every request that starts after its commit. While another process is
-        committing to an SQLite file (locked for that instant), the view as it was is
-        used; PostgreSQL readers never wait."""
+        applies to every request that starts after its commit. An SQLite file is locked
+        for readers only while a commit is written, which this read waits for (at most
+        5 s, then :class:`LedgerError`); PostgreSQL readers never wait. A view older than
+        the ledger's is never used: a token just revoked, or just made, is never judged
+        by one."""
         parts = split_token(token)
         key, secret = parts if parts is not None else ("", "")
         found = self._tokens().get(key) if key else None
@@ -859,8 +860,6 @@ class Ledger:
                 head = (0, _analysts_genesis(self._genesis))
             try:
                 got = self._store.read_now(lambda rows: self._analysts_after(rows, head, entries))
-            except Busy:
-                return by_key  # a commit in progress: not in force yet
             except self._store.errors as err:
                 raise self._unreadable(err) from None
             if got is not None:

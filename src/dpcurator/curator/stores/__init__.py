@@ -22,7 +22,6 @@ from dpcurator.errors import LedgerError
 T = TypeVar("T")
 
 __all__ = [
-    "Busy",
     "Dump",
     "Rows",
     "Store",
@@ -32,10 +31,6 @@ __all__ = [
     "target_of",
     "write_copy",
 ]
-
-
-class Busy(Exception):
-    """A read that must not wait found the store locked by a commit in progress."""
 
 
 class Store(Protocol):

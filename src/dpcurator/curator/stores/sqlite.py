@@ -19,13 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from dpcurator.curator.stores import Busy
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.errors import LedgerError
 
 T = TypeVar("T")
 
 _MAGIC = b"SQLite format 3\x00"
+
+#: Milliseconds a read for authentication waits for a commit in progress (the file is
+#: locked only while a commit writes; a check-and-charge's write lock lets readers in).
+READ_NOW_BUSY_MS = 5_000
 
 # A positive fraction as ``str(Fraction)`` prints it: "3" or "3/10", no sign, no zero.
 _POSITIVE = (
@@ -160,21 +163,17 @@ class SQLiteStore:
         return False
 
     def read_now(self, read: Callable[[Rows], T]) -> T:
-        """``read`` in a snapshot of a connection of its own that never waits: raises
-        :class:`Busy` while another connection commits (the file is locked then)."""
+        """``read`` in a snapshot of a connection of its own. A writer's lock (``BEGIN
+        IMMEDIATE``) lets readers in, so this waits only for a commit being written, at
+        most :data:`READ_NOW_BUSY_MS` (then the driver's "database is locked")."""
+        if self._auth is None:
+            self._auth = _connect(self.location, busy_ms=READ_NOW_BUSY_MS)
+        db = self._auth
+        db.execute("BEGIN")
         try:
-            if self._auth is None:
-                self._auth = _connect(self.location, busy_ms=0)
-            db = self._auth
-            db.execute("BEGIN")
-            try:
-                return read(Rows(db))
-            finally:
-                db.execute("COMMIT")
-        except sqlite3.OperationalError as err:
-            if "locked" in str(err) or "busy" in str(err):
-                raise Busy from None
-            raise
+            return read(Rows(db))
+        finally:
+            db.execute("COMMIT")
 
     def close(self) -> None:
         self._db.close()
