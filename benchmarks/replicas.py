@@ -1,13 +1,17 @@
 """Replicas benchmark: counts per second with 1, 2 and 4 ``dpcurator serve`` replicas on one
 PostgreSQL ledger, against SQLite ledgers, 16 client processes, all in the same run.
 
-    .venv/bin/python benchmarks/replicas.py [--seconds S] [--postgres URL]
+    .venv/bin/python benchmarks/replicas.py [--seconds S] [--rounds R] [--postgres URL]
 
 Every configuration serves the same 10^5 generated rows under PureDP(1e6) (every count
 costs epsilon 0.001, so nothing is refused) to 16 client processes (plain httpx, one
 analyst token each, client i talking to replica i mod R, as a proxy would spread them),
-which send counts of overlapping queries one after the other for S seconds (default 10)
-after a warm-up. Configurations:
+which send counts of overlapping queries one after the other for S seconds (default 5)
+after a warm-up. Every configuration's servers are started first and stay up; then R
+rounds (default 3) measure each configuration in turn, in an order that rotates from
+round to round, so that the load of whatever else runs on the machine weighs on all of
+them alike; a row adds up its rounds (and gives the slowest and fastest round).
+Configurations:
 
 - ``sqlite``: 1 server on an SQLite ledger file (the embedded default), then 2 and 4
   server processes on that one file (one host);
@@ -175,8 +179,7 @@ def measure(urls: list[str], tokens: list[str], seconds: float) -> dict:
     lat = np.array([x for r in results for x in r["latencies"]])
     return {
         "rate": len(lat) / seconds,
-        "p50": float(np.percentile(lat, 50)) * 1000 if len(lat) else float("nan"),
-        "p95": float(np.percentile(lat, 95)) * 1000 if len(lat) else float("nan"),
+        "latencies": lat,
         "errors": {
             k: sum(r["errors"].get(k, 0) for r in results)
             for k in sorted({k for r in results for k in r["errors"]})
@@ -184,21 +187,30 @@ def measure(urls: list[str], tokens: list[str], seconds: float) -> dict:
     }
 
 
-def run_config(
-    directory: Path, data: tuple[Path, Path], ledger: str, n: int, seconds: float
-) -> dict:
-    with servers(directory, data, ledger, n) as urls:
-        led = Ledger(ledger, None, create=False)
-        try:
-            tokens = [led.add_credential(f"analyst{i}") for i in range(CLIENTS)]
-        finally:
-            led.close()
-        return measure(urls, tokens, seconds)
+def summary(runs: list[dict]) -> dict:
+    """The rounds of one configuration together."""
+    lat = np.concatenate([r["latencies"] for r in runs])
+    errors: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    return {
+        "rate": sum(r["rate"] for r in runs) / len(runs),
+        "low": min(r["rate"] for r in runs),
+        "high": max(r["rate"] for r in runs),
+        "p50": float(np.percentile(lat, 50)) * 1000 if len(lat) else float("nan"),
+        "p95": float(np.percentile(lat, 95)) * 1000 if len(lat) else float("nan"),
+        "errors": errors,
+    }
+
+
+CONFIGS = [("sqlite", 1), ("sqlite", 2), ("sqlite", 4)] + [("postgresql", k) for k in (1, 2, 4)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per round")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over the configurations")
     ap.add_argument("--postgres", metavar="URL", help="a PostgreSQL server to use")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dpcurator-bench-replicas-"))
@@ -211,33 +223,46 @@ def main() -> int:
             cluster = temporary(durable=True)
             server = cluster.url
         sep = "&" if "?" in server else "?"
-        rows = []
-        for kind, n in [("sqlite", 1), ("sqlite", 2), ("sqlite", 4)] + [
-            ("postgresql", k) for k in (1, 2, 4)
-        ]:
-            d = tmp / f"{kind}-{n}"
-            d.mkdir()
-            if kind == "sqlite":
-                ledger = str(d / "ledger.db")
-            else:
-                ledger = f"{server}{sep}schema=bench_{secrets.token_hex(4)}"
-            r = run_config(d, data, ledger, n, args.seconds)
-            rows.append((kind, n, r))
-            print(f"  measured {kind} x{n}: {r['rate']:.0f} counts/s", file=sys.stderr)
-        base = rows[0][2]["rate"]
+        with contextlib.ExitStack() as stack:
+            up = []
+            for kind, n in CONFIGS:
+                d = tmp / f"{kind}-{n}"
+                d.mkdir()
+                if kind == "sqlite":
+                    ledger = str(d / "ledger.db")
+                else:
+                    ledger = f"{server}{sep}schema=bench_{secrets.token_hex(4)}"
+                urls = stack.enter_context(servers(d, data, ledger, n))
+                led = Ledger(ledger, None, create=False)
+                try:
+                    tokens = [led.add_credential(f"analyst{i}") for i in range(CLIENTS)]
+                finally:
+                    led.close()
+                up.append((urls, tokens))
+            runs: list[list[dict]] = [[] for _ in CONFIGS]
+            for r in range(args.rounds):
+                for k in range(len(CONFIGS)):
+                    i = (k + r) % len(CONFIGS)
+                    runs[i].append(measure(*up[i], args.seconds))
+                    kind, n = CONFIGS[i]
+                    rate = runs[i][-1]["rate"]
+                    print(f"  round {r + 1}: {kind} x{n}: {rate:.0f} counts/s", file=sys.stderr)
+        rows = [summary(rs) for rs in runs]
+        base = rows[0]["rate"]
         print(
-            f"\n{CLIENTS} client processes, {ROWS:,} rows, {args.seconds:g} s each, "
-            f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
+            f"\n{CLIENTS} client processes, {ROWS:,} rows, {args.rounds} rounds of "
+            f"{args.seconds:g} s, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
         )
         print(
-            "| ledger | servers | counts/s | p50 ms | p95 ms | vs 1 SQLite server | not answered |"
+            "| ledger | servers | counts/s | rounds (min-max) | p50 ms | p95 ms "
+            "| vs 1 SQLite server | not answered |"
         )
-        print("|---|---:|---:|---:|---:|---:|---|")
-        for kind, n, r in rows:
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        for (kind, n), r in zip(CONFIGS, rows, strict=True):
             errors = ", ".join(f"{v} {k}" for k, v in r["errors"].items()) or "0"
             print(
-                f"| {kind} | {n} | {r['rate']:.0f} | {r['p50']:.1f} | {r['p95']:.1f} | "
-                f"{r['rate'] / base:.2f}x | {errors} |"
+                f"| {kind} | {n} | {r['rate']:.0f} | {r['low']:.0f}-{r['high']:.0f} | "
+                f"{r['p50']:.1f} | {r['p95']:.1f} | {r['rate'] / base:.2f}x | {errors} |"
             )
     finally:
         if cluster is not None:
