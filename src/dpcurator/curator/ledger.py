@@ -975,12 +975,7 @@ class Ledger:
         place only once verified. An existing ``target`` is refused unless ``force``.
         A ledger of either store backs up to a file (:func:`copy_ledger` writes one into
         a database)."""
-        if is_url(target_of(str(target)) or ""):
-            raise LedgerError(
-                f"backup {location_of(str(target))}: a backup is a file; copy_ledger "
-                "(dpcurator ledger copy) writes a ledger into a database"
-            )
-        return self._copy(str(target), force=force, verified=False, label="backup")
+        return self._copy(_backup_file(target), force=force, verified=False, label="backup")
 
     def _charge_hash(self, cid: int) -> object:
         with self._lock, self._snapshot() as rows:
@@ -1039,16 +1034,27 @@ class Ledger:
                 self._store.close()
 
 
+def _backup_file(target: str | Path) -> str:
+    """The file a backup goes to (never a database)."""
+    name = target_of(str(target))
+    assert name is not None
+    if is_url(name):
+        raise LedgerError(
+            f"backup {location_of(name)}: a backup is a file; copy_ledger (dpcurator ledger "
+            "copy) writes a ledger into a database"
+        )
+    return name
+
+
 def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
     """Verify the ledger at ``source`` and copy it, live, to the file ``target`` (see
     :meth:`Ledger.backup`)."""
-    if not is_url(target_of(str(target)) or "") and Path(target).exists() and not force:
-        raise LedgerError(f"backup {target}: the file exists; refusing to overwrite it")
+    name = _backup_file(target)
+    if Path(name).exists() and not force:
+        raise LedgerError(f"backup {name}: the file exists; refusing to overwrite it")
     led = Ledger(source, None, create=False)  # verifies all of it
     try:
-        if is_url(target_of(str(target)) or ""):
-            return led.backup(target)  # refused, with its reason
-        return led._copy(str(target), force=force, verified=True, label="backup")
+        return led._copy(name, force=force, verified=True, label="backup")
     finally:
         led.close()
 

@@ -138,9 +138,8 @@ class Rows:
             tuple(self.charges_after(0)),
         )
 
-    def load(self, dump: Dump, *, meta: bool = True) -> None:
-        """Write every row of ``dump`` into empty tables (the meta rows too if ``meta``)."""
-        if meta:
-            self._many("insert_meta", dump.meta)
+    def load(self, dump: Dump) -> None:
+        """Write every row of ``dump`` into empty tables."""
+        self._many("insert_meta", dump.meta)
         self._many("insert_analyst", dump.analysts)
         self._many("insert_charge", dump.charges)
