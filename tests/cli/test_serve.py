@@ -135,6 +135,10 @@ def test_no_ledger(files, serve) -> None:
         ("[server]\nport = 70000", "--port"),
         ("[server]\nssl_certfile = 7\nssl_keyfile = 8", "ssl_certfile"),
         ("[ledger]\npath = 3", "[ledger] path must be non-empty text"),
+        ("[ledger]\nurl = ''", "[ledger] url must be non-empty text"),
+        ("[ledger]\npath = 'l.db'\nurl = 'postgresql://x@y/z'", "[ledger] path or url, not both"),
+        ("[ledger]\nurl = 'l.db'", "[ledger] url must be postgresql://"),
+        ("[ledger]\nfile = 'l.db'", "unknown key [ledger] file"),
     ],
 )
 def test_bad_config(files, serve, text: str, words: str) -> None:
@@ -258,14 +262,18 @@ def test_port_0_prints_the_url_last_and_serves_it(files) -> None:
     led.close()
 
 
-def test_the_config_file_alone_is_enough(files) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_the_config_file_alone_is_enough(files, kind, request) -> None:
+    if kind == "postgresql":
+        files["ledger"] = request.getfixturevalue("postgres_stores").new().target
+    key = "path" if kind == "sqlite" else "url"
     cfg = config(
         files,
         f"""
 [budget]
 epsilon = 2
 [ledger]
-path = "{files["ledger"]}"
+{key} = "{files["ledger"]}"
 [server]
 host = "127.0.0.1"
 port = 0

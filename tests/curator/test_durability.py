@@ -1,4 +1,5 @@
-"""Crashes, restarts, threads and processes: the ledger never loses a charge or overspends."""
+"""Crashes, restarts, threads and processes: the ledger never loses a charge or overspends
+(on an SQLite file and on a PostgreSQL schema)."""
 
 import signal
 import subprocess
@@ -43,8 +44,8 @@ def spawn(people, ledger, n, cost):
     )
 
 
-def test_kill_9_mid_stream_every_returned_answer_is_charged(people, tmp_path):
-    ledger = tmp_path / "ledger.db"
+def test_kill_9_mid_stream_every_returned_answer_is_charged(people, place):
+    ledger = place.target
     p = spawn(people, ledger, 100_000, 1e-5)
     returned = []
     assert p.stdout.readline().strip() == "ready"
@@ -64,8 +65,8 @@ def test_kill_9_mid_stream_every_returned_answer_is_charged(people, tmp_path):
         assert c.remaining() == pytest.approx(1.0 - float(spent), abs=1e-9)
 
 
-def test_processes_hammering_one_ledger_never_overspend(people, tmp_path):
-    ledger = tmp_path / "ledger.db"
+def test_processes_hammering_one_ledger_never_overspend(people, place):
+    ledger = place.target
     procs = [spawn(people, ledger, 8, 0.1) for _ in range(3)]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]

@@ -1,14 +1,18 @@
-"""The ledger file: tamper evidence, refusal of files that are not ledgers, live copies.
+"""The ledger: tamper evidence, refusal of what is not a ledger, live copies, quotas and
+revocation, on both stores.
 
-Every test works on real files; the ones about live copies run a real writer process.
+The tests that take ``place`` run once on a real SQLite file and once on a schema of a
+real PostgreSQL server (see tests/conftest.py); the ones about live copies run a real
+writer process. A few are about SQLite files only (empty files, random bytes, the
+journal), or about PostgreSQL schemas only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,8 +21,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from ledger_places import Place
 
 from dpcurator import Curator
+from dpcurator.curator.credentials import Credential, Principal
 from dpcurator.curator.ledger import Ledger, backup_ledger
 from dpcurator.errors import InvalidParameter, LedgerError
 from dpcurator.privacy import PureDP
@@ -42,36 +48,36 @@ def charge(led: Ledger, i: int, *, analyst: str | None = None, cost: str = "1/20
     return cid
 
 
-def make(path: Path, n: int = 5) -> Path:
-    led = Ledger(path, IDENTITY)
+def make(place: Place | Path, n: int = 5) -> Place | Path:
+    led = Ledger(target(place), IDENTITY)
     for i in range(n):
         charge(led, i)
     led.close()
-    return path
+    return place
+
+
+def target(place: Place | Path) -> str:
+    return place.target if isinstance(place, Place) else str(place)
 
 
 def tamper(path: Path, *statements: str, checks: bool = True) -> None:
     """Edit the file behind dpcurator's back, as anyone with sqlite3 could."""
-    con = sqlite3.connect(path, isolation_level=None)
-    if not checks:
-        con.execute("PRAGMA ignore_check_constraints=ON")
-    for s in statements:
-        con.execute(s)
-    con.close()
+    Place("sqlite", str(path), str(path)).tamper(*statements, checks=checks)
 
 
-def refused(path: Path, match: str) -> None:
+def refused(place: Place | Path, match: str) -> None:
     with pytest.raises(LedgerError, match=match) as info:
-        Ledger(path, IDENTITY).close()
+        Ledger(target(place), IDENTITY).close()
     msg = str(info.value)
-    assert "\n" not in msg and str(path) in msg
+    shown = place.shown if isinstance(place, Place) else str(place)
+    assert "\n" not in msg and shown in msg
 
 
 # --- a sound ledger ----------------------------------------------------------------------
 
 
-def test_a_ledger_round_trips_and_verifies(tmp_path):
-    path = make(tmp_path / "l.db", 5)
+def test_a_ledger_round_trips_and_verifies(place):
+    path = make(place, 5).target
     led = Ledger(path, IDENTITY)
     rows = led.charges_after(0)
     assert [r.id for r in rows] == [1, 2, 3, 4, 5]
@@ -79,6 +85,7 @@ def test_a_ledger_round_trips_and_verifies(tmp_path):
     assert rows[2].answer == {"a < 3": 102} and len(rows[2].hash) == 64
     assert led.head == (5, rows[-1].hash)
     assert led.verify() == 5 and led.durable and led.identity == IDENTITY
+    assert led.kind == place.kind and led.path == place.shown
     assert charge(led, 5) == 6
     led.close()
     assert [r.id for r in Ledger(path, IDENTITY).charges_after(4)] == [5, 6]
@@ -99,12 +106,12 @@ def test_the_main_file_alone_is_the_whole_ledger(tmp_path):
     led = Ledger(path, IDENTITY)
     charge(led, 0)
     assert not Path(f"{path}-wal").exists()
-    assert led._db.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
+    assert led._store._db.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
     led.close()
 
 
-def test_a_rolled_back_charge_leaves_the_chain_whole(tmp_path):
-    path = tmp_path / "l.db"
+def test_a_rolled_back_charge_leaves_the_chain_whole(place):
+    path = place.target
     led = Ledger(path, IDENTITY)
     charge(led, 0)
     with pytest.raises(RuntimeError), led.transaction():
@@ -124,8 +131,8 @@ def test_a_rolled_back_charge_leaves_the_chain_whole(tmp_path):
     assert Ledger(path, IDENTITY).verify() == 2
 
 
-def test_a_nonpositive_cost_is_never_recorded(tmp_path):
-    led = Ledger(tmp_path / "l.db", IDENTITY)
+def test_a_nonpositive_cost_is_never_recorded(place):
+    led = Ledger(place.target, IDENTITY)
     with pytest.raises(LedgerError, match="cost"), led.transaction():
         led.insert_charge(
             analyst=None,
@@ -143,21 +150,22 @@ def test_a_nonpositive_cost_is_never_recorded(tmp_path):
 # --- edits, deletions, reorders -----------------------------------------------------------
 
 
-def test_the_schema_itself_refuses_a_negative_cost(tmp_path):
-    path = make(tmp_path / "l.db")
-    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
-        tamper(path, "UPDATE charges SET cost = '-5' WHERE id = 2")
+@pytest.mark.parametrize("value", ["-5", "0", "1/0", "0.5", "1e3", "/3", "3/", "1/2/3"])
+def test_the_schema_itself_refuses_a_malformed_cost(place, value):
+    make(place)
+    with pytest.raises(place.integrity_error, match=r"(?i)check"):
+        place.tamper(f"UPDATE charges SET cost = '{value}' WHERE id = 2")
 
 
-def test_the_review_case_a_cost_of_minus_5_is_refused_by_the_curator(people, tmp_path):
+def test_the_review_case_a_cost_of_minus_5_is_refused_by_the_curator(people, place):
     """Was: 6.0 remaining on a budget of 1 after editing one charge to cost -5."""
     data, schema, _ = people
-    path = tmp_path / "l.db"
+    path = place.target
     with Curator.open(data=data, schema=schema, budget=PureDP(1.0), ledger=path) as c:
         c.count("age < 50", epsilon=0.1)
         c.count("age >= 50", epsilon=0.1)
-    tamper(path, "UPDATE charges SET cost = '-5' WHERE id = 1", checks=False)
-    with pytest.raises(LedgerError, match="charge 1 has an invalid cost"):
+    place.tamper("UPDATE charges SET cost = '-5' WHERE id = 1", checks=False)
+    with pytest.raises(LedgerError, match=place.unchecked("charge 1 has an invalid cost")):
         Curator.open(data=data, schema=schema, budget=PureDP(1.0), ledger=path)
 
 
@@ -176,102 +184,99 @@ def test_the_review_case_a_cost_of_minus_5_is_refused_by_the_curator(people, tmp
         ("noise", "'discrete_laplace(1)'"),
     ],
 )
-def test_an_edited_charge_is_refused(tmp_path, column, value):
-    path = make(tmp_path / "l.db")
-    tamper(path, f"UPDATE charges SET {column} = {value} WHERE id = 3", checks=False)
-    refused(path, "charge 3")
+def test_an_edited_charge_is_refused(place, column, value):
+    make(place)
+    place.tamper(f"UPDATE charges SET {column} = {value} WHERE id = 3", checks=value != "'-5'")
+    refused(place, "charge 3" if value != "'-5'" else place.unchecked("charge 3"))
 
 
-def test_the_review_case_level_lowered_with_a_valid_value(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "UPDATE charges SET level = '1/20' WHERE id = 5")
-    refused(path, r"charge 5 was altered or removed \(hash chain broken\); restore")
+def test_the_review_case_level_lowered_with_a_valid_value(place):
+    make(place)
+    place.tamper("UPDATE charges SET level = '1/20' WHERE id = 5")
+    refused(place, r"charge 5 was altered or removed \(hash chain broken\); restore")
 
 
-def test_a_deleted_charge_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "DELETE FROM charges WHERE id = 2")
-    refused(path, "charge 2 was removed")
+def test_a_deleted_charge_is_refused(place):
+    make(place)
+    place.tamper("DELETE FROM charges WHERE id = 2")
+    refused(place, "charge 2 was removed")
 
 
-def test_a_deleted_last_charge_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "DELETE FROM charges WHERE id = 5")
-    refused(path, "charge 5 was removed")
+def test_a_deleted_last_charge_is_refused(place):
+    make(place)
+    place.tamper("DELETE FROM charges WHERE id = 5")
+    refused(place, "charge 5 was removed")
 
 
-def test_every_charge_deleted_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "DELETE FROM charges")
-    refused(path, "charge 1 was removed")
+def test_every_charge_deleted_is_refused(place):
+    make(place)
+    place.tamper("DELETE FROM charges")
+    refused(place, "charge 1 was removed")
 
 
-def test_swapped_charges_are_refused(tmp_path):
-    path = make(tmp_path / "l.db")
+def test_swapped_charges_are_refused(place):
+    make(place)
     cols = "created, analyst, table_name, kind, request, coverage, cost, level, noise, hash"
-    con = sqlite3.connect(path, isolation_level=None)
-    a = con.execute(f"SELECT {cols} FROM charges WHERE id = 2").fetchone()
-    b = con.execute(f"SELECT {cols} FROM charges WHERE id = 4").fetchone()
-    sets = ", ".join(f"{c.strip()} = ?" for c in cols.split(","))
-    con.execute("BEGIN")
-    con.execute(f"UPDATE charges SET {sets}, answer = NULL, answer_hash = NULL WHERE id = 2", b)
-    con.execute(f"UPDATE charges SET {sets}, answer = NULL, answer_hash = NULL WHERE id = 4", a)
-    con.execute("COMMIT")
-    con.close()
-    refused(path, "charge 2 was altered")
+    place.tamper(
+        f"CREATE TEMP TABLE two AS SELECT id, {cols} FROM charges WHERE id IN (2, 4)",
+        *(
+            f"UPDATE charges SET ({cols}) = (SELECT {cols} FROM two WHERE id = {b}), "
+            f"answer = NULL, answer_hash = NULL WHERE id = {a}"
+            for a, b in ((2, 4), (4, 2))
+        ),
+    )
+    refused(place, "charge 2 was altered")
 
 
-def test_a_forged_charge_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(
-        path,
+def test_a_forged_charge_is_refused(place):
+    make(place)
+    place.tamper(
         "INSERT INTO charges SELECT 6, created, analyst, table_name, kind, request, coverage, "
         "cost, level, noise, hash, NULL, NULL FROM charges WHERE id = 5",
     )
-    refused(path, "charge 6 was added outside dpcurator")
+    refused(place, "charge 6 was added outside dpcurator")
 
 
-def test_an_edited_answer_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, """UPDATE charges SET answer = '{"a < 2": 7}' WHERE id = 2""")
-    refused(path, "the answer of charge 2 was altered")
+def test_an_edited_answer_is_refused(place):
+    make(place)
+    place.tamper("""UPDATE charges SET answer = '{"a < 2": 7}' WHERE id = 2""")
+    refused(place, "the answer of charge 2 was altered")
 
 
-def test_an_edited_head_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "UPDATE meta SET value = '4 ' || substr(value, 3) WHERE key = 'charges_head'")
-    refused(path, "hash chain broken")
+def test_an_edited_head_is_refused(place):
+    make(place)
+    place.tamper("UPDATE meta SET value = '4 ' || substr(value, 3) WHERE key = 'charges_head'")
+    refused(place, "hash chain broken")
 
 
 # --- the identity (budget and schemas) --------------------------------------------------
 
 
-def test_an_edited_identity_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
+def test_an_edited_identity_is_refused(place):
+    make(place)
     bigger = json.dumps({**IDENTITY, "amount": "6"}, sort_keys=True)
-    tamper(path, f"UPDATE meta SET value = '{bigger}' WHERE key = 'identity'")
-    refused(path, "its identity .* was altered")
+    place.tamper(f"UPDATE meta SET value = '{bigger}' WHERE key = 'identity'")
+    refused(place, "its identity .* was altered")
 
 
-def test_an_identity_edited_with_its_genesis_is_refused(tmp_path):
+def test_an_identity_edited_with_its_genesis_is_refused(stores):
     from dpcurator.curator.ledger import FORMAT, _genesis
 
     for n in (0, 3):
-        path = make(tmp_path / f"l{n}.db", n)
+        place = make(stores.new(f"l{n}"), n)
         bigger = json.dumps({**IDENTITY, "amount": "6"}, sort_keys=True)
-        tamper(
-            path,
+        place.tamper(
             f"UPDATE meta SET value = '{bigger}' WHERE key = 'identity'",
             f"UPDATE meta SET value = '{_genesis(FORMAT, bigger).hex()}' WHERE key = 'genesis'",
         )
         with pytest.raises(LedgerError, match="hash chain broken"):
-            Ledger(path, None)
+            Ledger(place.target, None)
 
 
-def test_another_curators_ledger_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
+def test_another_curators_ledger_is_refused(place):
+    make(place)
     with pytest.raises(LedgerError, match="belongs to another curator"):
-        Ledger(path, {**IDENTITY, "amount": "2"})
+        Ledger(place.target, {**IDENTITY, "amount": "2"})
 
 
 # --- files that are not ledgers -----------------------------------------------------------
@@ -322,54 +327,88 @@ def test_an_sqlite_database_without_tables_is_refused(tmp_path):
     refused(path, "not a dpcurator ledger .*no tables")
 
 
-def test_a_foreign_meta_table_is_refused(tmp_path):
-    path = tmp_path / "l.db"
-    tamper(path, "CREATE TABLE meta (x INTEGER)")
-    refused(path, "not a dpcurator ledger")
+def empty(place: Place) -> Place:
+    """``place`` made to exist with nothing in it: an empty SQLite database, or an empty
+    schema."""
+    if place.kind == "sqlite":
+        place.tamper("PRAGMA user_version = 1")
+    else:
+        Place("postgresql", place.server, place.server, place.server, "public").tamper(
+            f'CREATE SCHEMA "{place.schema}"'
+        )
+    return place
 
 
-def test_a_format_1_ledger_is_refused(tmp_path):
-    path = tmp_path / "old.db"
-    tamper(
-        path,
+def test_a_foreign_meta_table_is_refused(place):
+    empty(place).tamper("CREATE TABLE meta (x INTEGER)")
+    refused(place, "not a dpcurator ledger .*meta table is foreign")
+
+
+def test_a_format_1_ledger_is_refused(place):
+    empty(place).tamper(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         "CREATE TABLE analysts (name TEXT PRIMARY KEY, quota TEXT)",
         "INSERT INTO meta VALUES ('identity', '{}')",
     )
-    refused(path, "ledger format 1")
+    refused(place, "ledger format 1")
 
 
-def test_another_format_is_refused(tmp_path):
-    path = make(tmp_path / "l.db")
-    tamper(path, "UPDATE meta SET value = '3' WHERE key = 'format'")
-    refused(path, "format '3'")
+def test_another_format_is_refused(place):
+    make(place)
+    place.tamper("UPDATE meta SET value = '3' WHERE key = 'format'")
+    refused(place, "format '3'")
 
 
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "CREATE TABLE extra (x)",
-        "CREATE INDEX by_cost ON charges(cost)",
-        "CREATE TRIGGER t AFTER INSERT ON charges BEGIN SELECT 1; END",
-    ],
-)
-def test_altered_table_definitions_are_refused(tmp_path, statement):
-    path = make(tmp_path / "l.db")
-    tamper(path, statement)
-    refused(path, "table definitions were altered")
+@pytest.mark.parametrize("what", ["table", "index", "trigger", "check", "column"])
+def test_altered_table_definitions_are_refused(place, what):
+    make(place)
+    drop_check = [
+        "PRAGMA writable_schema=ON",
+        "UPDATE sqlite_master SET sql = replace(sql, 'CHECK (id >= 1)', '') WHERE name = 'charges'",
+    ]
+    statements = {
+        "table": ["CREATE TABLE extra (x INTEGER)"],
+        "index": ["CREATE INDEX by_cost ON charges(cost)"],
+        "trigger": place.trigger,
+        "check": drop_check if place.kind == "sqlite" else [],  # PostgreSQL: checks=False
+        "column": ["ALTER TABLE charges ADD COLUMN extra TEXT"],
+    }[what]
+    place.tamper(*statements, checks=what != "check" or place.kind == "sqlite")
+    refused(place, "table definitions were altered")
 
 
-def test_a_missing_ledger_is_not_created_when_only_verifying(tmp_path):
-    with pytest.raises(LedgerError, match="no such file"):
-        Ledger(tmp_path / "absent.db", None)
-    assert not (tmp_path / "absent.db").exists()
+def test_a_missing_ledger_is_not_created_when_only_verifying(place):
+    with pytest.raises(LedgerError, match=r"no such file|no ledger there") as info:
+        Ledger(place.target, None)
+    assert place.shown in str(info.value)
+    if place.kind == "sqlite":
+        assert not Path(place.target).exists()
+    else:
+        assert not place.query(f"SELECT 1 FROM pg_namespace WHERE nspname = '{place.schema}'")
+
+
+def test_a_schema_of_other_tables_is_refused_and_left_alone(postgres_stores):
+    place = empty(postgres_stores.new())
+    place.tamper("CREATE TABLE people (name TEXT)", "INSERT INTO people VALUES ('x')")
+    refused(place, "not a dpcurator ledger .*schema t_l_[0-9a-f]+ holds tables people")
+    assert place.query("SELECT name FROM people") == [("x",)]
+
+
+def test_a_ledger_is_made_in_an_empty_schema_and_only_there(postgres_stores):
+    """An administrator may make the schema (and grant it) first; an empty schema is not
+    a ledger when only verifying."""
+    place = empty(postgres_stores.new())
+    with pytest.raises(LedgerError, match="holds no tables"):
+        Ledger(place.target, None)
+    make(place, 2)
+    assert Ledger(place.target, None).verify() == 2
 
 
 # --- analysts and quotas ----------------------------------------------------------------
 
 
-def test_a_quota_survives_re_registration(tmp_path):
-    path = tmp_path / "l.db"
+def test_a_quota_survives_re_registration(place):
+    path = place.target
     led = Ledger(path, IDENTITY)
     assert led.quota("alice") is False
     assert led.register_analyst("alice", Fraction(3, 10)) == Fraction(3, 10)
@@ -386,8 +425,8 @@ def test_a_quota_survives_re_registration(tmp_path):
     assert led.analysts() == {"alice": Fraction(3, 10), "bob": None}
 
 
-def test_set_quota_is_the_explicit_change(tmp_path):
-    path = tmp_path / "l.db"
+def test_set_quota_is_the_explicit_change(place):
+    path = place.target
     led = Ledger(path, IDENTITY)
     led.register_analyst("alice", Fraction(3, 10))
     led.set_quota("alice", Fraction(1, 2))
@@ -400,8 +439,8 @@ def test_set_quota_is_the_explicit_change(tmp_path):
     assert led.analysts() == {"alice": None, "carol": Fraction(1, 5)}
 
 
-def test_a_quota_seen_by_another_process_is_current(tmp_path):
-    path = tmp_path / "l.db"
+def test_a_quota_seen_by_another_process_is_current(place):
+    path = place.target
     a, b = Ledger(path, IDENTITY), Ledger(path, IDENTITY)
     a.register_analyst("alice", Fraction(3, 10))
     assert b.quota("alice") == Fraction(3, 10)
@@ -419,41 +458,41 @@ def test_a_quota_seen_by_another_process_is_current(tmp_path):
         "UPDATE analysts SET name = 'bob' WHERE name = 'alice'",
     ],
 )
-def test_an_edited_quota_is_refused(tmp_path, statement):
-    path = tmp_path / "l.db"
+def test_an_edited_quota_is_refused(place, statement):
+    path = place.target
     led = Ledger(path, IDENTITY)
     led.register_analyst("alice", Fraction(3, 10))
     led.register_analyst("carol", Fraction(1, 10))
     led.close()
-    tamper(path, statement)
-    refused(path, "analyst")
+    place.tamper(statement)
+    refused(place, "analyst")
 
 
-def test_a_running_ledger_keeps_the_quota_it_verified(tmp_path):
-    path = tmp_path / "l.db"
+def test_a_running_ledger_keeps_the_quota_it_verified(place):
+    path = place.target
     led = Ledger(path, IDENTITY)
     led.register_analyst("alice", Fraction(3, 10))
     led.set_quota("alice", Fraction(1, 5))
-    tamper(path, "DELETE FROM analysts WHERE seq = 2")
+    place.tamper("DELETE FROM analysts WHERE seq = 2")
     assert led.quota("alice") == Fraction(1, 5)
     with pytest.raises(LedgerError, match="analyst entry 2 was altered or removed"):
         led.register_analyst("bob")  # never extends a chain it could not verify
     led.close()
-    refused(path, "analyst entries were removed")
+    refused(place, "analyst entries were removed")
 
 
 # --- several processes ------------------------------------------------------------------
 
 
-def test_rows_appended_by_another_process_are_verified_on_read(tmp_path):
-    path = make(tmp_path / "l.db", 2)
+def test_rows_appended_by_another_process_are_verified_on_read(place):
+    path = make(place, 2).target
     reader, writer = Ledger(path, IDENTITY), Ledger(path, IDENTITY)
     assert len(reader.charges_after(0)) == 2
     charge(writer, 2)
     charge(writer, 3)
     assert [r.id for r in reader.charges_after(2)] == [3, 4]
     charge(writer, 4)
-    tamper(path, "UPDATE charges SET cost = '1/1000' WHERE id = 5")
+    place.tamper("UPDATE charges SET cost = '1/1000' WHERE id = 5")
     with pytest.raises(LedgerError, match="charge 5 was altered"):
         reader.charges_after(4)
     with pytest.raises(LedgerError, match="charge 5 was altered"):
@@ -482,7 +521,7 @@ WRITER = textwrap.dedent(
 )
 
 
-def writer(path: Path, n: int, wait: bool) -> subprocess.Popen:
+def writer(path: Path | str, n: int, wait: bool) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), json.dumps(IDENTITY), str(n), "wait" * wait],
         stdin=subprocess.PIPE,
@@ -507,8 +546,8 @@ def test_a_copy_of_only_the_db_file_of_a_live_ledger_holds_every_charge(tmp_path
     assert len(rows) == 25 and rows[-1].answer == {"a < 1": 24}
 
 
-def test_a_backup_of_a_live_ledger_holds_every_charge_committed_before_it(tmp_path):
-    path = tmp_path / "l.db"
+def test_a_backup_of_a_live_ledger_holds_every_charge_committed_before_it(place, tmp_path):
+    path = place.target
     p = writer(path, 100_000, wait=False)
     committed = 0
     deadline = time.monotonic() + 60
@@ -531,8 +570,8 @@ def test_a_backup_of_a_live_ledger_holds_every_charge_committed_before_it(tmp_pa
     assert Ledger(path, IDENTITY).verify() >= reports[-1].charges
 
 
-def test_a_backup_refuses_to_overwrite_and_to_copy_a_tampered_ledger(tmp_path):
-    path = make(tmp_path / "l.db", 3)
+def test_a_backup_refuses_to_overwrite_and_to_copy_a_tampered_ledger(place, tmp_path):
+    path = make(place, 3).target
     dst = tmp_path / "b.db"
     dst.write_text("precious")
     with pytest.raises(LedgerError, match="exists"):
@@ -540,15 +579,15 @@ def test_a_backup_refuses_to_overwrite_and_to_copy_a_tampered_ledger(tmp_path):
     assert dst.read_text() == "precious"
     assert backup_ledger(path, dst, force=True).charges == 3
     assert Ledger(dst, IDENTITY).verify() == 3
-    tamper(path, "UPDATE charges SET cost = '1/1000' WHERE id = 2")
+    place.tamper("UPDATE charges SET cost = '1/1000' WHERE id = 2")
     with pytest.raises(LedgerError, match="charge 2 was altered"):
         backup_ledger(path, tmp_path / "c.db")
     assert not (tmp_path / "c.db").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_processes_creating_one_new_ledger_agree(tmp_path):
-    path = tmp_path / "l.db"
+def test_processes_creating_one_new_ledger_agree(place, tmp_path):
+    path = place.target
     procs = [writer(path, 3, wait=False) for _ in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
@@ -557,9 +596,9 @@ def test_processes_creating_one_new_ledger_agree(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith((".new", ".tmp"))]
 
 
-def test_ten_thousand_charges_verify_on_open(tmp_path):
+def test_ten_thousand_charges_verify_on_open(place):
     """(How long verification takes is measured in benchmarks/curator.py, not here.)"""
-    path = tmp_path / "l.db"
+    path = place.target
     led = Ledger(path, IDENTITY)
     with led.transaction():
         for i in range(10_000):
@@ -580,12 +619,12 @@ def test_ten_thousand_charges_verify_on_open(tmp_path):
     led.close()
 
 
-def test_a_running_ledger_backs_up_and_names_itself_when_tampered(tmp_path):
-    path = make(tmp_path / "l.db", 3)
+def test_a_running_ledger_backs_up_and_names_itself_when_tampered(place, tmp_path):
+    path = make(place, 3).target
     led = Ledger(path, IDENTITY)
     assert led.backup(tmp_path / "b.db").charges == 3
-    tamper(path, "UPDATE charges SET request = 'x' WHERE id = 1")
-    with pytest.raises(LedgerError, match=f"ledger {path}: charge 1 was altered"):
+    place.tamper("UPDATE charges SET request = 'x' WHERE id = 1")
+    with pytest.raises(LedgerError, match=f"ledger {re.escape(place.shown)}: charge 1 was altered"):
         led.backup(tmp_path / "c.db")
     assert not (tmp_path / "c.db").exists()
 
@@ -600,27 +639,26 @@ def test_an_in_memory_ledger_can_be_saved_by_backup(tmp_path):
     assert saved.durable and saved.quota("alice") == Fraction(1, 3)
 
 
-def test_the_first_read_after_opening_includes_later_charges(tmp_path):
-    path = make(tmp_path / "l.db", 3)
+def test_the_first_read_after_opening_includes_later_charges(place):
+    path = make(place, 3).target
     reader, writer = Ledger(path, IDENTITY), Ledger(path, IDENTITY)
     charge(writer, 3)
     assert [r.id for r in reader.charges_after(1)] == [2, 3, 4]
     assert [r.id for r in reader.charges_after(0)] == [1, 2, 3, 4]
     again = Ledger(path, IDENTITY)
-    tamper(path, "UPDATE charges SET cost = '1/1000' WHERE id = 4")
+    place.tamper("UPDATE charges SET cost = '1/1000' WHERE id = 4")
     with pytest.raises(LedgerError, match="charge 4 was altered"):
         charge(again, 4)
 
 
-def test_a_running_ledger_never_extends_an_edited_tail(tmp_path):
-    path = tmp_path / "l.db"
-    led = Ledger(path, IDENTITY)
+def test_a_running_ledger_never_extends_an_edited_tail(place):
+    led = Ledger(place.target, IDENTITY)
     led.register_analyst("alice", Fraction(3, 10))
     charge(led, 0)
-    tamper(path, "UPDATE analysts SET quota = '1' WHERE seq = 1")
+    place.tamper("UPDATE analysts SET quota = '1' WHERE seq = 1")
     with pytest.raises(LedgerError, match="analyst entry 1 was altered"):
         led.register_analyst("bob")
-    tamper(path, "UPDATE charges SET level = '1/10' WHERE id = 1")
+    place.tamper("UPDATE charges SET level = '1/10' WHERE id = 1")
     with pytest.raises(LedgerError, match="charge 1 was altered"):
         charge(led, 1)
 
@@ -661,3 +699,84 @@ def test_closing_a_reader_keeps_a_writer_journal(tmp_path):
     writer.close()
     Ledger(path, None, create=False).close()  # the whole chain verifies, the charge in it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db"]
+
+
+# --- tokens and revocation ---------------------------------------------------------------
+
+
+def test_a_revocation_applies_at_once_in_every_process(place):
+    admin, server = Ledger(place.target, IDENTITY), Ledger(place.target, IDENTITY)
+    token = admin.add_credential("alice", quota=Fraction(1, 2))
+    assert server.authenticate(token) == Principal("alice", False)
+    assert server.authenticate(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    fresh = admin.add_credential("alice")  # a new token: the old one stops working
+    assert server.authenticate(token) is None
+    assert server.authenticate(fresh) == Principal("alice", False)
+    admin.revoke("alice")
+    assert server.authenticate(fresh) is None
+    assert server.quota("alice") == Fraction(1, 2)  # the quota stays
+    admin.close()
+    server.close()
+    assert Ledger(place.target, IDENTITY).credentials() == [
+        Credential("alice", Fraction(1, 2), False, False)
+    ]
+
+
+def test_an_edited_token_hash_is_refused(place):
+    led = Ledger(place.target, IDENTITY)
+    led.add_credential("alice")
+    led.close()
+    place.tamper(f"UPDATE analysts SET token_hash = '{'0' * 64}' WHERE name = 'alice'")
+    refused(place, "analyst entry 1 .* was altered")
+
+
+def test_authentication_never_waits_for_the_charge_lock(place):
+    """While one process holds the write lock (its check-and-charge in progress), another
+    authenticates at once."""
+    writer, server = Ledger(place.target, IDENTITY), Ledger(place.target, IDENTITY)
+    token = writer.add_credential("alice")
+    assert server.authenticate(token) is not None
+    with writer.transaction():
+        charge_in(writer, 0)
+        t = time.perf_counter()
+        assert server.authenticate(token) == Principal("alice", False)
+        assert time.perf_counter() - t < 1.0  # the lock is held for as long as we like
+    writer.close()
+    server.close()
+
+
+def charge_in(led: Ledger, i: int) -> int:
+    """A charge in the caller's transaction."""
+    return led.insert_charge(
+        analyst=None,
+        table="t",
+        kind="count",
+        request=f"a < {i + 1}",
+        coverage={"a": [[0, i + 1]]},
+        cost=Fraction(1, 20),
+        level=Fraction(1, 20) * (i + 1),
+        noise="discrete_laplace(20)",
+    )
+
+
+def test_a_valid_token_is_never_refused_while_other_processes_commit(place, tmp_path):
+    """Servers that start while other processes keep charging: every one of their first
+    authentications (a fresh view, read while commits come and go) finds the token."""
+    led = Ledger(place.target, IDENTITY)
+    token = led.add_credential("alice")
+    led.close()
+    writers = [writer(place.target, 100_000, wait=False) for _ in range(2)]
+    try:
+        for p in writers:
+            assert p.stdout.readline().strip().isdigit(), p.stderr.read()
+        server = Ledger(place.target, IDENTITY)
+        refused = 0
+        for _ in range(300):
+            server._auth_view = ((0, b""), {}, {})  # as a server that has just started
+            refused += server.authenticate(token) is None
+        server.close()
+    finally:
+        for p in writers:
+            p.kill()
+            p.wait(timeout=30)
+    assert refused == 0

@@ -3,7 +3,8 @@
 ``start_server(directory, ...)`` runs ``python -m dpcurator.cli serve ... --port 0`` on a
 small generated CSV, reads the ``listening on URL`` line, and returns a :class:`Server`
 that can add analysts (with ``dpcurator analysts add --json``), count the ledger's
-charges (sqlite3, read only) and stop or kill the process. The module-scoped ``server``
+charges (read only: sqlite3, or psycopg for a PostgreSQL ledger) and stop or kill the
+process. The module-scoped ``server``
 fixture is shared by the tests that do not conflict; tests that need their own budget,
 data or limits start their own and stop them at the end.
 """
@@ -75,7 +76,7 @@ def cli(*argv: object) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def add_analyst(ledger: Path, name: str, *flags: object) -> str:
+def add_analyst(ledger: Path | str, name: str, *flags: object) -> str:
     """A new token for ``name`` from ``dpcurator analysts add NAME --ledger L --json``."""
     code, out, err = cli("analysts", "add", name, "--ledger", ledger, "--json", *flags)
     assert code == 0, err
@@ -84,8 +85,15 @@ def add_analyst(ledger: Path, name: str, *flags: object) -> str:
     return d["token"]
 
 
-def charges_in(ledger: Path) -> int:
-    """How many charges the ledger file holds (a read-only sqlite3 connection)."""
+def charges_in(ledger: Path | str) -> int:
+    """How many charges the ledger holds (a read-only connection of its own)."""
+    if str(ledger).startswith("postgresql://"):
+        import psycopg
+
+        url, _, schema = str(ledger).rpartition("schema=")
+        with psycopg.connect(url.rstrip("?&"), autocommit=True) as con:
+            return con.execute(f'SELECT count(*) FROM "{schema}".charges').fetchone()[0]
+    ledger = Path(ledger)
     db = sqlite3.connect(f"{ledger.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
     try:
         return db.execute("SELECT count(*) FROM charges").fetchone()[0]
@@ -97,7 +105,7 @@ def charges_in(ledger: Path) -> int:
 class Server:
     url: str
     proc: subprocess.Popen
-    ledger: Path
+    ledger: Path | str
     stdout: list[str]
     stderr: Path
     tokens: dict[str, str] = field(default_factory=dict)
@@ -139,18 +147,20 @@ def start_server(
     directory: Path,
     *args: object,
     data: tuple[Path, Path] | bool | None = None,
-    ledger: Path | None = None,
+    ledger: Path | str | None = None,
     budget: Sequence[object] = ("--epsilon", "100"),
     config: str | None = None,
     timeout: float = 60.0,
+    port: int = 0,
 ) -> Server:
-    """Start ``dpcurator serve`` on ``--port 0`` and wait for its ``listening on`` line
-    (``data=False``: the tables come from ``config``)."""
+    """Start ``dpcurator serve`` on ``port`` (0: a free one) and wait for its
+    ``listening on`` line. ``ledger``: a file (default: one in ``directory``) or a URL;
+    ``data=False``: the tables come from ``config``."""
     directory.mkdir(parents=True, exist_ok=True)
     if data is None:
         data = write_people(directory)
     ledger = ledger or directory / "ledger.db"
-    cmd = [sys.executable, "-m", "dpcurator.cli", "serve", "--port", "0", "--ledger", ledger]
+    cmd = [sys.executable, "-m", "dpcurator.cli", "serve", "--port", port, "--ledger", ledger]
     if data is not False:
         assert isinstance(data, tuple)
         cmd += ["--data", data[0], "--schema", data[1]]
@@ -195,7 +205,8 @@ def start_server(
             raise RuntimeError(f"the server exited ({proc.returncode}): {errfile.read_text()}")
         if line.startswith("listening on "):
             url = line.split()[-1]
-            return Server(url, proc, Path(ledger), lines, errfile)
+            where = ledger if str(ledger).startswith("postgresql://") else Path(ledger)
+            return Server(url, proc, where, lines, errfile)
 
 
 @contextlib.contextmanager

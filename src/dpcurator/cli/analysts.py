@@ -1,7 +1,8 @@
 """``dpcurator analysts add|list|revoke``: who may ask the served curator, with what quota.
 
-Analysts and the hashes of their tokens live in the ledger file, in its verified chain;
-a running server sees a change at its next request. A token is printed once, by
+Analysts and the hashes of their tokens live in the ledger (a file, or a PostgreSQL
+database several servers share), in its verified chain; every running server sees a
+change at its next request. A token is printed once, by
 ``add``, as the last line of its output (``--json``: ``{"name": ..., "token": ...}``).
 """
 
@@ -13,18 +14,20 @@ from fractions import Fraction
 
 from dpcurator.errors import InvalidParameter
 
+_LEDGER_HELP = "the curator's ledger: a file, or postgresql://user@host/dbname[?schema=NAME]"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "analysts",
         help="add, list or revoke the analysts of a served curator",
         description="Manage the analysts who may query a curator served with "
-        "`dpcurator serve`: their bearer tokens and quotas, kept in the ledger file.",
+        "`dpcurator serve`: their bearer tokens and quotas, kept in the ledger.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="register an analyst and print a new token")
     add.add_argument("name", metavar="NAME")
-    add.add_argument("--ledger", required=True, metavar="L.db", help="the curator's ledger file")
+    add.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
     add.add_argument(
         "--quota", type=float, metavar="Q", help="her own budget, in the ledger's currency"
     )
@@ -32,12 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--json", action="store_true", help='print {"name": ..., "token": ...}')
     add.set_defaults(handler=_add)
     ls = actions.add_parser("list", help="every analyst, quota, role and whether active")
-    ls.add_argument("--ledger", required=True, metavar="L.db")
+    ls.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=_list)
     rv = actions.add_parser("revoke", help="stop an analyst's token from working, at once")
     rv.add_argument("name", metavar="NAME")
-    rv.add_argument("--ledger", required=True, metavar="L.db")
+    rv.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
     rv.set_defaults(handler=_revoke)
 
 
@@ -108,7 +111,7 @@ def _revoke(args: argparse.Namespace) -> int:
     led = _open(args.ledger)
     try:
         if args.name not in {c.name for c in led.credentials()}:
-            raise InvalidParameter(f"no analyst {args.name!r} in {args.ledger}")
+            raise InvalidParameter(f"no analyst {args.name!r} in {led.path}")
         led.revoke(args.name)
     finally:
         led.close()

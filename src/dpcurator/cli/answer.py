@@ -151,8 +151,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
         "--ledger",
-        metavar="L.db",
-        help="SQLite ledger file, created if missing (required; :memory: for a throwaway run)",
+        metavar="LEDGER",
+        help="the ledger, created if missing: an SQLite file or postgresql://user@host/dbname "
+        "(required; :memory: for a throwaway run)",
     )
     p.add_argument(
         "--confidence",
@@ -333,14 +334,17 @@ def print_summary(d: dict[str, Any], stream) -> None:
 
 
 def ledger_option(ledger: str | None) -> str:
-    """The --ledger value: a file, or ``:memory:`` said explicitly."""
+    """The --ledger value: a file, a PostgreSQL URL, or ``:memory:`` said explicitly."""
     if ledger is None:
         raise InvalidParameter(
             "pass --ledger FILE to record what this release spends (a run without it would "
             "start from a fresh budget every time), or --ledger :memory: for a throwaway run"
         )
-    if ledger != ":memory:":
-        p = Path(ledger)
+    from dpcurator.curator.stores import is_url, target_of
+
+    name = target_of(ledger)
+    if ledger != ":memory:" and name is not None and not is_url(name):
+        p = Path(name)
         if p.is_dir():
             raise InvalidParameter(f"--ledger {ledger}: is a folder; give a file name")
         if not p.exists():
@@ -356,7 +360,7 @@ def ledger_summary(d: dict[str, Any], cur: Any, ledger: str, table: str | None =
     st = remaining_from_ledger(cur.ledger, table=table)
     c = st.currency
     d["ledger"] = {
-        "path": ledger,
+        "path": cur.ledger.path if cur.ledger.durable else ledger,
         "durable": cur.ledger.durable,
         "currency": c,
         **output.amount_json("spent", st.spent, c, up=True),

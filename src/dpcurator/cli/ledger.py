@@ -1,4 +1,8 @@
-"""``dpcurator ledger ACTION``: read and look after a curator's ledger file.
+"""``dpcurator ledger ACTION``: read and look after a curator's ledger.
+
+A ledger is named as everywhere else: a file path (or ``sqlite:///PATH``), or
+``postgresql://user@host/dbname[?schema=NAME]``; messages and output name it without its
+password.
 
 A group of actions, each a ``_register_<action>(actions)`` function below listed in
 :data:`ACTIONS`; each sets ``handler`` to a function ``(args) -> int``. Errors are
@@ -23,41 +27,105 @@ from pathlib import Path
 from typing import Any
 
 from dpcurator.cli import output
-from dpcurator.curator.ledger import Ledger, backup_ledger
+from dpcurator.curator.ledger import Ledger, backup_ledger, copy_ledger
+from dpcurator.curator.stores import is_url, location_of, target_of
 from dpcurator.errors import LedgerError, QueryError
 
+_LEDGER_HELP = "the ledger: a file, or postgresql://user@host/dbname[?schema=NAME]"
+
 _BACKUP_EPILOG = """\
-The ledger may be in use: the copy is one consistent snapshot, taken with SQLite's
-online backup API, holding every charge committed before the command started. Copying
-the file by other means while a curator writes to it can catch it half-written; this
-command is the supported way to copy a live ledger.
-Exit status 2 on any error (one line naming the file)."""
+The ledger may be in use: the copy is one consistent snapshot of its rows, holding every
+charge committed before the command started, while curators keep charging. Copying an
+SQLite file by other means while a curator writes to it can catch it half-written; this
+command is the supported way to copy a live ledger. A PostgreSQL ledger backs up to a
+file the same way (pg_dump of its schema is the database's own way).
+Exit status 2 on any error (one line naming the ledger)."""
+
+_COPY_EPILOG = """\
+SRC and DST are each a file (SQLite) or postgresql://user@host/dbname[?schema=NAME]:
+from SQLite to PostgreSQL to move a curator onto several servers, and back. SRC may be in
+use: the copy is one consistent snapshot of its rows, holding every charge committed
+before the command started. Rows are copied as stored, so the copy has the same hash
+chains and head. DST is built beside the file, or in a scratch schema, verified there,
+put in place, and verified again. A DST that holds a ledger (a file that exists, a schema
+with a ledger's tables) is replaced only with --force; a schema that holds other tables
+is never written. Stop the servers of a DST before replacing it.
+Exit status 2 on any error (one line naming the ledger)."""
 
 
 def _register_backup(actions: argparse._SubParsersAction) -> None:
     p = actions.add_parser(
         "backup",
-        help="copy a ledger, even while it is in use, and verify the copy",
+        help="copy a ledger to a file, even while it is in use, and verify the copy",
         description="Verify the ledger SRC (every charge's hash chain, the quotas, the "
-        "identity), copy it to DST with SQLite's online backup API, then verify DST.",
+        "identity), write one snapshot of it to the file DST, then verify DST.",
         epilog=_BACKUP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("src", metavar="SRC", help="the ledger file to copy")
+    p.add_argument("src", metavar="SRC", help=_LEDGER_HELP)
     p.add_argument("dst", metavar="DST", help="the new file (refused if it exists)")
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     p.set_defaults(handler=_backup)
 
 
+def _register_copy(actions: argparse._SubParsersAction) -> None:
+    p = actions.add_parser(
+        "copy",
+        help="copy a ledger between SQLite and PostgreSQL, verified before and after",
+        description="Verify the ledger SRC, copy one snapshot of it to DST (a file or a "
+        "PostgreSQL database), and verify DST.",
+        epilog=_COPY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("src", metavar="SRC", help=_LEDGER_HELP)
+    p.add_argument("dst", metavar="DST", help="where the copy goes: a file or a PostgreSQL URL")
+    p.add_argument("--force", action="store_true", help="replace a ledger DST already holds")
+    p.set_defaults(handler=_copy)
+
+
+def _existing(ledger: str) -> str:
+    """``ledger`` if it may exist; a missing file is refused here (never created)."""
+    name = target_of(ledger)
+    assert name is not None
+    if not is_url(name) and not Path(name).exists():
+        raise LedgerError(f"ledger {name}: no such file")
+    return ledger
+
+
 def _backup(args: argparse.Namespace) -> int:
-    src, dst = Path(args.src), Path(args.dst)
-    if not src.exists():
-        raise LedgerError(f"ledger {src}: no such file")
-    if dst.exists() and not args.force:
+    _existing(args.src)
+    dst = target_of(args.dst)
+    assert dst is not None
+    if is_url(dst):
+        raise LedgerError(
+            f"backup {location_of(dst)}: a backup is a file; `dpcurator ledger copy` writes "
+            "a ledger into a database"
+        )
+    if Path(dst).exists() and not args.force:
         raise LedgerError(f"backup {dst}: the file exists; pass --force to replace it")
-    r = backup_ledger(src, dst, force=args.force)
+    r = backup_ledger(args.src, dst, force=args.force)
     print(
         f"backed up {r.source} to {r.target}: {r.charges} charges, {r.analysts} analysts, "
+        f"verified (head {r.head[:16]})"
+    )
+    return 0
+
+
+def _copy(args: argparse.Namespace) -> int:
+    _existing(args.src)
+    dst = target_of(args.dst)
+    assert dst is not None
+    if not is_url(dst) and Path(dst).exists() and not args.force:
+        raise LedgerError(f"copy {dst}: the file exists; pass --force to replace it")
+    try:
+        r = copy_ledger(args.src, dst, force=args.force)
+    except LedgerError as err:
+        text = str(err)
+        if text.endswith("refusing to overwrite it"):
+            text += " (pass --force to replace it)"
+        raise LedgerError(text) from None
+    print(
+        f"copied {r.source} to {r.target}: {r.charges} charges, {r.analysts} analysts, "
         f"verified (head {r.head[:16]})"
     )
     return 0
@@ -66,23 +134,21 @@ def _backup(args: argparse.Namespace) -> int:
 # --- reading a ledger -----------------------------------------------------------------
 
 _READ_EPILOG = """\
-Reads the ledger file only, never the data: the ledger's identity holds the budget and
+Reads the ledger only, never the data: the ledger's identity holds the budget and
 every table's public schema, and each charge the points its query covered and its cost.
 Every charge's hash chain is verified first. Amounts have at most 6 significant digits:
 what remains is rounded down and what is spent rounded up, so neither is ever shown
 more favourable than it is; --json also gives each amount exactly, as a fraction in the
 ledger's additive unit (epsilon, rho, or mu^2 for a Gaussian-DP budget).
-Exit status 2 on any error (one line naming the file)."""
+Exit status 2 on any error (one line naming the ledger)."""
 
 
-def _open_ledger(path: str) -> Ledger:
-    if not Path(path).exists():
-        raise LedgerError(f"ledger {path}: no such file")
-    return Ledger(path, create=False)
+def _open_ledger(ledger: str) -> Ledger:
+    return Ledger(_existing(ledger), create=False)
 
 
 def _add_file(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ledger", metavar="FILE", help="the ledger file (SQLite)")
+    p.add_argument("ledger", metavar="LEDGER", help=_LEDGER_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -179,11 +245,12 @@ def _show(args: argparse.Namespace) -> int:
         unnamed = sum(1 for r in rows if r.analyst is None)
         if args.plot:
             _plot_spend(led.path, rows, filt, ident, args.plot, led.analysts())
+        shown = led.path
     finally:
         led.close()
     if args.json:
         d: dict[str, Any] = {
-            "ledger": str(args.ledger),
+            "ledger": shown,
             "budget": ident.get("budget"),
             "currency": cur,
             "exact_unit": _unit(cur),
@@ -233,7 +300,7 @@ def _show(args: argparse.Namespace) -> int:
         return "-" if x is None else output.amount(x, cur)
 
     bound = "" if overall.exact else " (bounds: an overlap computation ran out of time)"
-    print(f"ledger:     {args.ledger} (verified: {len(rows)} charges, {len(analysts)} analysts)")
+    print(f"ledger:     {shown} (verified: {len(rows)} charges, {len(analysts)} analysts)")
     print(f"budget:     {ident.get('budget')}, kept in {cur}: {down(overall.budget)}")
     print(f"spent:      {up(overall.spent)} at the worst point of the domain{bound}")
     print(f"remaining:  {down(overall.remaining)} everywhere (the least left at any point)")
@@ -273,7 +340,7 @@ def _history(args: argparse.Namespace) -> int:
     try:
         cur = str(led.identity.get("currency"))
         if args.analyst is not None and args.analyst not in led.analysts():
-            raise LedgerError(f"ledger {args.ledger}: no analyst {args.analyst!r}")
+            raise LedgerError(f"ledger {led.path}: no analyst {args.analyst!r}")
         rows = [
             r for r in led.charges_after(0) if args.analyst is None or r.analyst == args.analyst
         ]
@@ -417,7 +484,8 @@ def _plot_spend(
     ax.set_ylim(0, show(budget) * 1.08)
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel(f"spent at the worst point ({cur})")
-    ax.set_title(f"Privacy budget spent over time\nledger {Path(path).name}: {len(rows)} charges")
+    name = path if is_url(path) else Path(path).name
+    ax.set_title(f"Privacy budget spent over time\nledger {name}: {len(rows)} charges")
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))
     fig.autofmt_xdate()
     ax.grid(alpha=0.3)
@@ -435,15 +503,17 @@ ACTIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _register_history,
     _register_analysts,
     _register_backup,
+    _register_copy,
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ledger",
-        help="read a ledger file (show, history, analysts) or back it up",
-        description="Read or back up the ledger file where a curator records every charge. "
-        "Reading needs only the ledger, never the data.",
+        help="read a ledger (show, history, analysts), back it up or copy it",
+        description="Read, back up or copy the ledger where a curator records every charge "
+        "(a file, or a PostgreSQL database that several servers share). Reading needs only "
+        "the ledger, never the data.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for add in ACTIONS:

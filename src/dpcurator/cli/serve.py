@@ -1,10 +1,12 @@
 """``dpcurator serve``: the curator as an HTTP service (FastAPI on uvicorn).
 
-One process owns the data, the ledger and the budget; analysts reach it with bearer
-tokens (``dpcurator analysts add``). On start it says who can use it (how to add an
-analyst when the ledger has none; the token under ``--demo``), where the dashboard and
-the API's reference are, and last ``listening on URL`` (flushed), so that a script can
-read the port when ``--port 0`` picked a free one.
+One process owns the data and answers with the ledger's budget; analysts reach it with
+bearer tokens (``dpcurator analysts add``). Several processes, on one host or many, may
+serve the same data on one ledger: an SQLite file on one host, or a PostgreSQL database
+(``--ledger postgresql://...``) for replicas on several hosts behind a proxy. On start it
+says who can use it (how to add an analyst when the ledger has none; the token under
+``--demo``), where the dashboard and the API's reference are, and last ``listening on
+URL`` (flushed), so that a script can read the port when ``--port 0`` picked a free one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   [budget]            # exactly one of epsilon (with delta), rho, mu
   epsilon = 1.0
   [ledger]
-  path = "ledger.db"
+  path = "ledger.db"            # or, shared by several servers:
+  # url = "postgresql://dpcurator@db.internal/curator"
   [server]
   host = "127.0.0.1"
   port = 8000
@@ -55,7 +58,7 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   schema = "visits.json"
   separator = ","
 
-Analysts need tokens: dpcurator analysts add NAME --ledger FILE [--quota Q] [--admin].
+Analysts need tokens: dpcurator analysts add NAME --ledger LEDGER [--quota Q] [--admin].
 Try it: dpcurator serve --demo (the shipped Adult sample, a temporary ledger, a token)."""
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -83,7 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="FILE", help="CSV (optionally .gz) or Parquet")
     p.add_argument("--schema", metavar="S.json", help="schema file (JSON)")
     options.add_budget(p)
-    p.add_argument("--ledger", metavar="L.db", help="SQLite ledger file (created if missing)")
+    p.add_argument(
+        "--ledger",
+        metavar="LEDGER",
+        help="the ledger (created if missing): an SQLite file, or "
+        "postgresql://user@host/dbname[?schema=NAME] shared by several servers",
+    )
     p.add_argument("--config", metavar="FILE.toml", help="tables, budget, limits, TLS")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
@@ -121,7 +129,7 @@ def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 #: The keys each section of --config may hold ([tables.NAME] is checked on its own).
 _KEYS = {
     "budget": {"epsilon", "delta", "rho", "mu"},
-    "ledger": {"path"},
+    "ledger": {"path", "url"},
     "server": {
         "host",
         "port",
@@ -160,6 +168,19 @@ def _text(section: dict[str, Any], name: str, key: str, default: str | None = No
     if v is not None and not (isinstance(v, str) and v):
         raise InvalidParameter(f"--config: [{name}] {key} must be non-empty text, got {v!r}")
     return v
+
+
+def _ledger_config(section: dict[str, Any]) -> str | None:
+    """[ledger] path (a file) or url (a PostgreSQL database), not both."""
+    path, url = _text(section, "ledger", "path"), _text(section, "ledger", "url")
+    if path is not None and url is not None:
+        raise InvalidParameter("--config: give [ledger] path or url, not both")
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidParameter(
+            "--config: [ledger] url must be postgresql://user@host/dbname (a file goes in "
+            "[ledger] path)"
+        )
+    return path or url
 
 
 def _positive(server: dict[str, Any], key: str, default: float, *, integer: bool = False):
@@ -342,9 +363,12 @@ def run(args: argparse.Namespace) -> int:
             args.epsilon = 1.0
         ledger = str(Path(tmp.name) / "ledger.db")
     else:
-        ledger = args.ledger or _text(_section(cfg, "ledger"), "ledger", "path")
+        ledger = args.ledger or _ledger_config(_section(cfg, "ledger"))
         if ledger is None:
-            raise InvalidParameter("give --ledger FILE (the server's budget must outlive it)")
+            raise InvalidParameter(
+                "give --ledger FILE or --ledger postgresql://... (the server's budget must "
+                "outlive it)"
+            )
     curator = _open(args, cfg, ledger, time_limit)
     try:
         if args.demo:

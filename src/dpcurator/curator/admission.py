@@ -3,8 +3,9 @@
 The check must see every charge already committed, by every thread and process, and
 the charge must be on disk before any answer exists (Dwork & Roth 2014, Lemma 2.6: the
 curator refuses once the total would pass the budget). The charge happens in one
-``BEGIN IMMEDIATE`` transaction of the ledger, which is SQLite's write lock; nothing
-slow runs under it:
+write transaction of the ledger, which holds the store's write lock (SQLite's
+``BEGIN IMMEDIATE``; on PostgreSQL an advisory lock that serialises every replica on
+every host); nothing slow runs under it:
 
 1. Under the lock, the filter is brought up to date with the ledger and *forked*
    (O(tables): a fork shares the filter's storage).
@@ -20,7 +21,11 @@ slow runs under it:
    cost added everywhere (O(new charges)); where that does not fit, per request with the
    new charges that meet it, when that is a bounded amount of work. If it still fits,
    the charges are written and committed; otherwise back to step 1, a few times within
-   the deadline, then the request is ``Undecided`` (nothing charged).
+   the deadline, then the request is ``Undecided`` (nothing charged). A transaction the
+   database aborted before it committed
+   (:class:`~dpcurator.curator.ledger.TransactionAborted`: a PostgreSQL serialisation
+   failure or deadlock, a connection lost mid-transaction) wrote nothing and goes back
+   to step 1 too.
 
 So the lock is held for O(new charges + batch) work plus the commit, whatever the
 history. A batch goes through the same steps as one unit, all or nothing.
@@ -35,7 +40,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpcurator import deadlines
-from dpcurator.curator.ledger import Ledger
+from dpcurator.curator.ledger import Ledger, TransactionAborted
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 from dpcurator.curator.solver_pool import SolverPool
 from dpcurator.deadlines import Deadline
@@ -191,6 +196,7 @@ def check_and_charge(
     charges are in ``filt`` when this returns.
     """
     made: Sequence[object] | None = None
+    aborted: TransactionAborted | None = None
     for _ in range(FORK_ATTEMPTS):
         deadlines.check()
         with ledger.lock:
@@ -218,31 +224,38 @@ def check_and_charge(
             made = answers()
         got = None
         with ledger.lock:
-            with ledger.transaction():
-                sync()
-                quota = quota_of(analyst)
-                got = _revalidate(filt, version, table, batch, done, analyst, quota)
-                if got is not None:
-                    ids = [
-                        ledger.insert_charge(
-                            analyst=analyst,
-                            table=table,
-                            kind=r.kind,
-                            request=r.request,
-                            coverage=coverage_json(r.query),
-                            cost=r.cost,
-                            level=d.level,
-                            noise=r.noise,
-                            answer=None if made is None else made[i],
-                        )
-                        for i, (r, d) in enumerate(zip(batch, got, strict=True))
-                    ]
+            try:
+                with ledger.transaction():
+                    sync()
+                    quota = quota_of(analyst)
+                    got = _revalidate(filt, version, table, batch, done, analyst, quota)
+                    if got is not None:
+                        ids = [
+                            ledger.insert_charge(
+                                analyst=analyst,
+                                table=table,
+                                kind=r.kind,
+                                request=r.request,
+                                coverage=coverage_json(r.query),
+                                cost=r.cost,
+                                level=d.level,
+                                noise=r.noise,
+                                answer=None if made is None else made[i],
+                            )
+                            for i, (r, d) in enumerate(zip(batch, got, strict=True))
+                        ]
+            except TransactionAborted as err:
+                aborted = err  # nothing was written: decide again
+                continue
+            aborted = None
             if got is not None:
                 # Committed: only now does the filter (and then the answer) see them.
                 for cid, r, d in zip(ids, batch, got, strict=True):
                     filt.add(Charge(cid, table, analyst, r.query, r.cost, d.level))
                 filt.learn(fork)
                 return list(zip(ids, got, strict=True))
+    if aborted is not None:
+        raise aborted
     raise Undecided(
         "the request could not be decided: other requests' charges overtook its check "
         f"{FORK_ATTEMPTS} times; nothing was charged, try again"

@@ -217,8 +217,10 @@ class Curator(StatisticRequests):
         order, a rule that reads no other value) and every cost is a per-person cost: the
         noise is calibrated to sensitivity k, which is the k-fold group privacy of the
         per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun & Steinke 2016, Prop. 1.9
-        for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger=None`` keeps the ledger in
-        memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
+        for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger``: an SQLite file, or
+        ``postgresql://user@host/dbname[?schema=NAME]`` for a ledger that curators on
+        several hosts share (see :mod:`dpcurator.curator.stores`); ``ledger=None`` keeps
+        the ledger in memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
         one request may take before safe bounds are used (refusals then conservative).
         ``request_time_limit``: seconds the whole decision of one request may take
         (parsing, bounds, waiting for the solver, the exact checks); past it the request

@@ -1,14 +1,14 @@
-"""The durable ledger: every charge is on disk before its answer exists.
+"""The durable ledger: every charge is stored before its answer leaves the curator.
 
-One SQLite file, ``synchronous=FULL`` with a rollback journal in ``TRUNCATE`` mode: when
-a commit returns, the charge is in the main database file itself, so that file alone is
-always the whole ledger (a WAL database keeps its latest commits in a ``-wal`` file that a
-plain copy of the ``.db`` misses). The check and the charge happen inside one
-``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock, so concurrent threads
-and processes are serialised and never overspend together; a process first reads the
-charges other processes committed since it last looked. The noisy answer is computed only
-after the commit, and recorded in a second transaction: a crash in between wastes budget
-but never releases an uncharged answer.
+The rows live in a store (:mod:`dpcurator.curator.stores`): an SQLite file on one host
+(the default), or a PostgreSQL database that several servers share. This module holds
+what is the same in both: the hash chains, their verification, and what a charge, an
+analyst or an answer is. The check and the charge happen inside one write transaction,
+which the store serialises across every thread, process and host that shares the ledger
+(SQLite's ``BEGIN IMMEDIATE`` write lock; a PostgreSQL advisory lock), so they never
+overspend together; a process first reads the charges others committed since it last
+looked. An answer is recorded in the transaction of its charge and leaves only after
+the commit: a crash in between wastes budget but never releases an uncharged answer.
 
 Tamper evidence. Every charge row stores ``hash = SHA-256(previous hash || canonical
 encoding of id, created, analyst, table, kind, request, coverage, cost, level, noise)``;
@@ -20,27 +20,26 @@ chain, since they are recorded later: each is *sealed* on its own as
 ``SHA-256(charge hash || answer)``. The whole ledger is verified on open, and each read
 of new rows verifies them against the head. A charge or quota that was edited, deleted,
 added or reordered, an altered identity, a lowered level and an edited answer are
-refused with :class:`LedgerError`. The hash is not keyed: someone who can write the file
-and recomputes the whole chain is not detected; that needs a copy kept elsewhere (see
-:meth:`Ledger.backup`).
+refused with :class:`LedgerError`. The hash is not keyed: someone who can write the
+store and recomputes the whole chain is not detected; that needs a copy kept elsewhere
+(see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger copied from
+one store to the other (:func:`copy_ledger`) verifies the same, to the same head.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 import json
 import math
-import os
-import secrets
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, TypeVar
 
 from dpcurator.curator.credentials import (
     Credential,
@@ -49,57 +48,32 @@ from dpcurator.curator.credentials import (
     new_token,
     split_token,
 )
+from dpcurator.curator.stores import (
+    Rows,
+    is_url,
+    location_of,
+    open_store,
+    target_of,
+    write_copy,
+)
 from dpcurator.errors import InvalidParameter, LedgerError
 
 #: The ledger format this code reads and writes; any other is refused.
 FORMAT = "2"
 
-_MAGIC = b"SQLite format 3\x00"
+#: How often a write of the ledger's own (analysts, answers) is tried when the database
+#: aborts it (see :class:`TransactionAborted`).
+WRITE_ATTEMPTS = 3
 
-# A positive fraction as ``str(Fraction)`` prints it: "3" or "3/10", no sign, no zero.
-_POSITIVE = (
-    "{c} GLOB '[1-9]*' AND {c} NOT GLOB '*[^0-9/]*' AND {c} NOT GLOB '*/*/*' "
-    "AND {c} NOT GLOB '*/' AND {c} NOT GLOB '*/0*'"
-)
-
-_SCHEMA = f"""
-CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
-CREATE TABLE analysts (
-    seq INTEGER PRIMARY KEY CHECK (seq >= 1),
-    created REAL NOT NULL CHECK (typeof(created) = 'real'),
-    name TEXT NOT NULL CHECK (typeof(name) = 'text' AND length(name) > 0),
-    quota TEXT CHECK (quota IS NULL OR ({_POSITIVE.format(c="quota")})),
-    admin INTEGER NOT NULL CHECK (admin IN (0, 1)),
-    token_key TEXT CHECK (token_key IS NULL OR length(token_key) = 16),
-    token_hash TEXT CHECK (
-        (token_key IS NULL) = (token_hash IS NULL)
-        AND (token_hash IS NULL OR length(token_hash) = 64)
-    ),
-    hash TEXT NOT NULL CHECK (length(hash) = 64)
-);
-CREATE TABLE charges (
-    id INTEGER PRIMARY KEY CHECK (id >= 1),
-    created REAL NOT NULL CHECK (typeof(created) = 'real'),
-    analyst TEXT CHECK (analyst IS NULL OR (typeof(analyst) = 'text' AND length(analyst) > 0)),
-    table_name TEXT NOT NULL CHECK (typeof(table_name) = 'text'),
-    kind TEXT NOT NULL CHECK (typeof(kind) = 'text'),
-    request TEXT NOT NULL CHECK (typeof(request) = 'text'),
-    coverage TEXT NOT NULL CHECK (coverage GLOB '{{*}}'),
-    cost TEXT NOT NULL CHECK ({_POSITIVE.format(c="cost")}),
-    level TEXT NOT NULL CHECK ({_POSITIVE.format(c="level")}),
-    noise TEXT NOT NULL CHECK (typeof(noise) = 'text'),
-    hash TEXT NOT NULL CHECK (length(hash) = 64),
-    answer TEXT,
-    answer_hash TEXT CHECK ((answer IS NULL) = (answer_hash IS NULL))
-);
-"""
+F = TypeVar("F", bound=Callable[..., Any])
 
 _META_KEYS = frozenset({"format", "identity", "genesis", "charges_head", "analysts_head"})
 
-_COLUMNS = (
-    "id, created, analyst, table_name, kind, request, coverage, cost, level, noise, hash, "
-    "answer, answer_hash"
-)
+
+class TransactionAborted(LedgerError):
+    """The database aborted a write transaction before it committed (a serialisation
+    failure, a deadlock, a connection lost before the commit): nothing of it was
+    written, and it may be run again."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +106,7 @@ class _Entry:
 
 @dataclass(frozen=True)
 class BackupReport:
-    """What :meth:`Ledger.backup` wrote, after verifying it."""
+    """What :meth:`Ledger.backup` or :func:`copy_ledger` wrote, after verifying it."""
 
     source: str
     target: str
@@ -177,6 +151,41 @@ def _charge_hash(prev: bytes, fields: tuple[object, ...]) -> bytes:
 
 def _answer_seal(charge_hash: bytes, answer: str) -> str:
     return hashlib.sha256(b"answer\x00" + charge_hash + answer.encode()).hexdigest()
+
+
+def _initial_meta(identity: str) -> list[tuple[str, str]]:
+    """The meta rows of a new, empty ledger of ``identity``."""
+    genesis = _genesis(FORMAT, identity)
+    return [
+        ("format", FORMAT),
+        ("identity", identity),
+        ("genesis", genesis.hex()),
+        ("charges_head", f"0 {genesis.hex()}"),
+        ("analysts_head", f"0 {_analysts_genesis(genesis).hex()}"),
+    ]
+
+
+def _say(err: BaseException) -> str:
+    """A driver's error on one line."""
+    return " ".join(str(err).split())
+
+
+def _retried(method: F) -> F:
+    """Run a write of the ledger's own again when the database aborted it (nothing was
+    written), a few times; inside a caller's transaction, the caller decides."""
+
+    @functools.wraps(method)
+    def run(self: Ledger, *args: Any, **kw: Any) -> Any:
+        if self._writing:
+            return method(self, *args, **kw)
+        for _ in range(WRITE_ATTEMPTS - 1):
+            try:
+                return method(self, *args, **kw)
+            except TransactionAborted:
+                pass
+        return method(self, *args, **kw)
+
+    return run  # type: ignore[return-value]
 
 
 # --- validation --------------------------------------------------------------------------
@@ -241,13 +250,16 @@ def _valid_box(cov: dict) -> bool:
 
 
 class Ledger:
-    """One SQLite file shared by every curator process that serves the same data.
+    """A ledger shared by every curator process that serves the same data.
 
-    ``Ledger(path, identity)`` opens the ledger at ``path``, verifying all of it, or
-    creates it if (and only if) no file is there. ``identity`` (budget and schemas) must
-    match the one the ledger was created with; ``identity=None`` opens any valid ledger
-    and never creates one. ``path=None`` or ``":memory:"`` gives a fresh ledger in memory
-    that dies with the process: then :attr:`durable` is False.
+    ``Ledger(target, identity)`` opens the ledger that ``target`` names, verifying all
+    of it, or creates it if (and only if) nothing is there: a file path (or
+    ``sqlite:///PATH``), or ``postgresql://user@host/dbname[?schema=NAME]`` (see
+    :mod:`dpcurator.curator.stores`). ``identity`` (budget and schemas) must match the one
+    the ledger was created with; ``identity=None`` opens any valid ledger and never
+    creates one. ``target=None`` or ``":memory:"`` gives a fresh ledger in memory that
+    dies with the process: then :attr:`durable` is False. :attr:`path` names the ledger
+    in messages (a URL without its password).
     """
 
     def __init__(
@@ -258,10 +270,7 @@ class Ledger:
         create: bool = True,
     ) -> None:
         self._lock = threading.RLock()
-        self.durable = not (path is None or str(path) == ":memory:")
-        self.path = str(path) if self.durable else ":memory:"
         self._closed = False
-        self._inode: tuple[int, int] | None = None
         self._at_head = False  # inside a write transaction, once the chain's tail is checked
         self._opened: list[ChargeRow] | None = None
         self._identity = "{}"
@@ -269,46 +278,35 @@ class Ledger:
         self._head: tuple[int, bytes] = (0, b"")
         self._analysts: dict[str, _Entry] = {}
         self._analysts_head: tuple[int, bytes] = (0, b"")
+        self._tx: Rows | None = None  # the transaction (read or write) in progress
+        self._writing = False
         # authentication's own connection and verified view (see authenticate)
         self._auth_lock = threading.Lock()
-        self._auth_db: sqlite3.Connection | None = None
         self._auth_view: tuple[tuple[int, bytes], dict[str, _Entry], dict] = ((0, b""), {}, {})
         want = None if identity is None else json.dumps(identity, sort_keys=True)
+        memory = path is None or str(path) == ":memory:"
+        initial = None
+        if memory:
+            initial = _initial_meta(want or "{}")
+        elif create and want is not None:
+            initial = _initial_meta(want)
+        self._store = open_store(path, initial)
+        self.durable = self._store.durable
+        self.path = self._store.location
         try:
-            if not self.durable:
-                self._db = _connect(":memory:")
-                with self._write():
-                    _initialise(self._db, want or "{}")
-            else:
-                p = Path(self.path)
-                if not p.exists():
-                    if not create or want is None:
-                        raise LedgerError(f"ledger {self.path}: no such file")
-                    _create(p, want)
-                _probe(p)
-                self._db = _connect(self.path)
-                self._inode = _inode(p)
-            try:
-                self._open(want)
-            except BaseException:
-                self._db.close()
-                raise
-        except sqlite3.DatabaseError as err:
-            raise LedgerError(f"ledger {self.path}: cannot be used: {err}") from None
+            self._open(want)
+        except BaseException as err:
+            self._store.close()
+            if isinstance(err, self._store.errors):
+                raise LedgerError(f"ledger {self.path}: cannot be used: {_say(err)}") from None
+            raise
 
     # --- opening and verifying --------------------------------------------------------
 
     def _open(self, want: str | None) -> None:
         with self._snapshot():
             self._check_format()
-        if self.durable:
-            mode = self._db.execute("PRAGMA journal_mode=TRUNCATE").fetchone()[0]
-            if mode != "truncate":
-                raise LedgerError(
-                    f"ledger {self.path}: it is in journal mode {mode!r} and open in another "
-                    "program; close that program first"
-                )
-            self._db.execute("PRAGMA synchronous=FULL")
+        self._store.prepare()
         # A curator reads every charge right after opening: keep what was verified.
         self._opened = self._verify_all(keep=want is not None)
         if want is not None and self._identity != want:
@@ -316,23 +314,20 @@ class Ledger:
             raise LedgerError(
                 f"ledger {self.path} belongs to another curator (budget {have.get('budget')}, "
                 f"tables {sorted(have.get('tables', {}))}); open it with the same budget and "
-                "schemas, or use a new ledger file"
+                "schemas, or use a new ledger"
             )
 
     def _check_format(self) -> None:
-        """Refuse an SQLite database that is not a ledger of this format, before any write."""
-        objects = self._db.execute(
-            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
-        ).fetchall()
-        tables = sorted(name for kind, name, _, _ in objects if kind == "table")
+        """Refuse a database that is not a ledger of this format, before any write."""
+        rows = self._rows()
+        tables = self._store.tables()
         if "meta" not in tables:
-            what = f"tables {', '.join(tables)}" if tables else "no tables"
             raise LedgerError(
-                f"ledger {self.path}: not a dpcurator ledger (an SQLite database with {what})"
+                f"ledger {self.path}: not a dpcurator ledger ({self._store.foreign(tables)})"
             )
         try:
-            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError:
+            meta = rows.meta()
+        except self._store.errors:
             raise LedgerError(
                 f"ledger {self.path}: not a dpcurator ledger (its meta table is foreign)"
             ) from None
@@ -349,21 +344,21 @@ class Ledger:
                 f"ledger {self.path}: written in ledger format {fmt!r}; this dpcurator reads "
                 f"format {FORMAT} only"
             )
-        if objects != _expected_objects():
+        if self._store.altered():
             raise LedgerError(
                 f"ledger {self.path}: its table definitions were altered (constraints, "
                 "tables, indexes or triggers differ from a dpcurator ledger); restore it from "
                 "a backup"
             )
         if set(meta) != _META_KEYS:
-            odd = sorted(set(meta) ^ _META_KEYS)
+            odd = sorted(map(str, set(meta) ^ _META_KEYS))
             raise LedgerError(
                 f"ledger {self.path}: its meta table was altered (entries {', '.join(odd)}); "
                 "restore it from a backup"
             )
         identity = meta["identity"]
-        genesis = _genesis(FORMAT, identity)
-        if meta["genesis"] != genesis.hex():
+        genesis = _genesis(FORMAT, str(identity))
+        if not isinstance(identity, str) or meta["genesis"] != genesis.hex():
             raise LedgerError(
                 f"ledger {self.path}: its identity (budget and schemas) was altered; restore "
                 "it from a backup"
@@ -389,14 +384,18 @@ class Ledger:
         """Verify the whole ledger again (as on open); return the number of charges."""
         try:
             self._verify_all()
-        except sqlite3.DatabaseError as err:
-            raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+        except self._store.errors as err:
+            raise self._unreadable(err) from None
         return self._head[0]
 
-    def _meta_head(self, key: str, db: sqlite3.Connection | None = None) -> tuple[int, str]:
-        row = (db or self._db).execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    def _rows(self) -> Rows:
+        assert self._tx is not None, "inside a transaction only"
+        return self._tx
+
+    def _meta_head(self, key: str, rows: Rows | None = None) -> tuple[int, str]:
+        value = (rows or self._rows()).meta_value(key)
         try:
-            n, h = row[0].split(" ")
+            n, h = value.split(" ")  # type: ignore[attr-defined]
             return int(n), h
         except (TypeError, ValueError, AttributeError):
             raise LedgerError(
@@ -408,6 +407,15 @@ class Ledger:
             f"ledger {self.path}: {what} (hash chain broken); restore it from a backup"
         )
 
+    def _unreadable(self, err: BaseException) -> LedgerError:
+        return LedgerError(f"ledger {self.path}: cannot be read: {_say(err)}")
+
+    def _stored_hash(self, value: object, what: str) -> bytes:
+        try:
+            return bytes.fromhex(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise self._broken(f"{what} was altered or removed") from None
+
     def _read_after(self, last_id: int, *, build: bool = True) -> list[ChargeRow]:
         """The charges after ``last_id``, each verified against the chain and the head
         (returned only if ``build``). Call inside a snapshot. Advances the verified head."""
@@ -416,20 +424,18 @@ class Ledger:
     def _fetch_after(self, last_id: int) -> tuple[int, tuple[int, str], bytes, list[tuple]]:
         """What :meth:`_verify_after` checks, read in the caller's snapshot; the hashing
         can then run after the snapshot ends, so that writers never wait for it."""
+        rows = self._rows()
         head = self._meta_head("charges_head")
         if last_id == self._head[0]:
             prev = self._head[1]
         elif last_id == 0:
             prev = self._genesis
         else:
-            r = self._db.execute("SELECT hash FROM charges WHERE id = ?", (last_id,)).fetchone()
-            if r is None:
+            stored = rows.charge_hash(last_id)
+            if stored is None:
                 raise self._broken(f"charge {last_id} was removed")
-            prev = bytes.fromhex(r[0])
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (last_id,)
-        ).fetchall()
-        return last_id, head, prev, rows
+            prev = self._stored_hash(stored, f"charge {last_id}")
+        return last_id, head, prev, rows.charges_after(last_id)
 
     def _verify_after(
         self,
@@ -527,30 +533,25 @@ class Ledger:
 
     def _read_analysts(self) -> None:
         """Bring the verified analysts up to the head of their chain. Call inside a snapshot."""
-        got = self._analysts_after(self._db, self._analysts_head, self._analysts)
+        got = self._analysts_after(self._rows(), self._analysts_head, self._analysts)
         if got is not None:
             self._analysts, self._analysts_head = got
 
     def _analysts_after(
         self,
-        db: sqlite3.Connection,
+        rows: Rows,
         have: tuple[int, bytes],
         entries: dict[str, _Entry],
     ) -> tuple[dict[str, _Entry], tuple[int, bytes]] | None:
         """The analysts' entries verified from ``have`` (a chain position and the entries
-        in force there) up to the head ``db`` records, or None when nothing changed.
-        Call inside a snapshot of ``db``."""
-        head_n, head_h = self._meta_head("analysts_head", db)
+        in force there) up to the head ``rows`` records, or None when nothing changed.
+        Call inside a snapshot of ``rows``."""
+        head_n, head_h = self._meta_head("analysts_head", rows)
         n, prev = have
         if (head_n, head_h) == (n, prev.hex()):
             return None
         entries = dict(entries)
-        rows = db.execute(
-            "SELECT seq, created, name, quota, admin, token_key, token_hash, hash FROM analysts "
-            "WHERE seq > ? ORDER BY seq",
-            (n,),
-        ).fetchall()
-        for seq, created, name, quota, admin, key, token_hash, stored in rows:
+        for seq, created, name, quota, admin, key, token_hash, stored in rows.analysts_after(n):
             if seq != n + 1:
                 raise self._broken(f"analyst entry {n + 1} was removed")
             q = None if quota is None else _positive(quota)
@@ -580,73 +581,84 @@ class Ledger:
     # --- transactions -------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: the write lock is held for the whole block.
+    def transaction(self) -> Iterator[Rows]:
+        """A write transaction: the store's write lock (SQLite's ``BEGIN IMMEDIATE``, a
+        PostgreSQL advisory lock) is held for the whole block, so no other thread,
+        process or host writes this ledger until it commits.
 
         Any failure of the storage (a file made read-only, deleted or full, a disk
-        error) is a :class:`LedgerError` and leaves nothing committed."""
+        error, a database that cannot be reached) is a :class:`LedgerError` and leaves
+        nothing committed; :class:`TransactionAborted` when the database aborted it and
+        it may be run again."""
         with self._lock:
+            store = self._store
             saved = (self._head, self._analysts, self._analysts_head)
-            if self.durable and _inode(Path(self.path)) != self._inode:
-                # a charge written now would go to a file no one will open again
-                raise LedgerError(
-                    f"ledger {self.path}: the file was removed or replaced while open; "
-                    "restore it from a backup and restart"
-                )
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as err:
-                raise self._unusable(err) from None
+                rows = store.begin_write()
+            except store.errors as err:
+                raise self._unusable(err, committing=False) from None
+            self._tx, self._writing = rows, True
             try:
-                yield self._db
+                yield rows
             except BaseException as err:
-                self._rollback()
+                store.rollback()
                 self._head, self._analysts, self._analysts_head = saved
-                if isinstance(err, sqlite3.Error):
-                    raise self._unusable(err) from None
+                if isinstance(err, store.errors):
+                    raise self._unusable(err, committing=False) from None
                 raise
             else:
                 try:
-                    self._db.execute("COMMIT")
-                except sqlite3.Error as err:
-                    self._rollback()
+                    store.commit()
+                except store.errors as err:
+                    store.rollback()
                     self._head, self._analysts, self._analysts_head = saved
-                    raise self._unusable(err) from None
+                    raise self._unusable(err, committing=True) from None
             finally:
+                self._tx, self._writing = None, False
                 self._at_head = False
 
-    def _rollback(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-
-    def _unusable(self, err: sqlite3.Error) -> LedgerError:
-        return LedgerError(f"ledger {self.path}: cannot be written: {err}")
+    def _unusable(self, err: BaseException, *, committing: bool) -> LedgerError:
+        if self._store.retryable(err, committing=committing):
+            return TransactionAborted(
+                f"ledger {self.path}: the database aborted the transaction, nothing was "
+                f"written: {_say(err)}"
+            )
+        return LedgerError(f"ledger {self.path}: cannot be written: {_say(err)}")
 
     @contextmanager
     def _write(self) -> Iterator[None]:
         """Join the caller's transaction, or run in a transaction of our own."""
-        if self._db.in_transaction:
+        if self._writing:
             yield
         else:
             with self.transaction():
                 yield
 
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def _snapshot(self) -> Iterator[Rows]:
         """Read in one consistent snapshot (the caller's transaction, or a read one)."""
-        if self._db.in_transaction:
-            yield
+        if self._tx is not None:
+            yield self._tx
             return
-        self._db.execute("BEGIN")
+        rows = self._store.begin_read()
+        self._tx = rows
         try:
-            yield
-        finally:
-            self._db.execute("COMMIT")
+            yield rows
+        except BaseException:
+            self._tx = None
+            self._store.rollback()
+            raise
+        self._tx = None
+        self._store.end_read()
 
     @property
     def lock(self) -> threading.RLock:
         return self._lock
+
+    @property
+    def kind(self) -> str:
+        """The store: ``"sqlite"`` or ``"postgresql"``."""
+        return self._store.kind
 
     @property
     def identity(self) -> dict[str, object]:
@@ -672,8 +684,8 @@ class Ledger:
                 with self._snapshot():
                     fetched = self._fetch_after(last_id)
                 return self._verify_after(*fetched, build=True)
-            except sqlite3.DatabaseError as err:
-                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+            except self._store.errors as err:
+                raise self._unreadable(err) from None
 
     def insert_charge(
         self,
@@ -700,6 +712,7 @@ class Ledger:
         if cov is None or _valid_coverage(cov) is None:
             raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
         with self._lock, self._write():
+            rows = self._rows()
             if not self._at_head:
                 head_n, head_h = self._meta_head("charges_head")
                 if (head_n, head_h) != (self._head[0], self._head[1].hex()):
@@ -724,39 +737,30 @@ class Ledger:
             if answer is not None:
                 text = json.dumps(answer)
                 seal = _answer_seal(h, text)
-            self._db.execute(
-                "INSERT INTO charges (id, created, analyst, table_name, kind, request, "
-                "coverage, cost, level, noise, hash, answer, answer_hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*fields, h.hex(), text, seal),
-            )
-            self._db.execute(
-                "UPDATE meta SET value = ? WHERE key = 'charges_head'", (f"{cid} {h.hex()}",)
-            )
+            rows.insert_charge((*fields, h.hex(), text, seal))
+            rows.set_meta("charges_head", f"{cid} {h.hex()}")
             self._head = (cid, h)
             return cid
 
     def record_answer(self, charge_id: int, answer: object) -> None:
         self.record_answers([(charge_id, answer)])
 
+    @_retried
     def record_answers(self, answers: list[tuple[int, object]]) -> None:
         """Record (and seal) answers of committed charges, in one transaction."""
         if not answers:
             return
-        with self._lock, self.transaction() as db:
+        with self._lock, self.transaction() as rows:
             ids = [cid for cid, _ in answers]
-            hashes = dict(
-                db.execute(
-                    "SELECT id, hash FROM charges WHERE id BETWEEN ? AND ?", (min(ids), max(ids))
-                ).fetchall()
-            )
-            rows = []
+            hashes = rows.charge_hashes(min(ids), max(ids))
+            out = []
             for cid, a in answers:
                 if cid not in hashes:
                     raise LedgerError(f"ledger {self.path}: no charge {cid} to answer")
                 text = json.dumps(a)
-                rows.append((text, _answer_seal(bytes.fromhex(hashes[cid]), text), cid))
-            db.executemany("UPDATE charges SET answer = ?, answer_hash = ? WHERE id = ?", rows)
+                seal = _answer_seal(self._stored_hash(hashes[cid], f"charge {cid}"), text)
+                out.append((text, seal, cid))
+            rows.set_answers(out)
 
     # --- analysts and quotas ---------------------------------------------------------------
 
@@ -764,8 +768,8 @@ class Ledger:
         try:
             with self._snapshot():
                 self._read_analysts()
-        except sqlite3.DatabaseError as err:
-            raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+        except self._store.errors as err:
+            raise self._unreadable(err) from None
 
     def quota(self, analyst: str) -> Fraction | bool | None:
         """The analyst's quota; None for no quota; False if the analyst is unknown."""
@@ -782,6 +786,7 @@ class Ledger:
 
     # --- credentials for the HTTP service ---------------------------------------------------
 
+    @_retried
     def add_credential(
         self, name: str, *, quota: Fraction | None = None, admin: bool = False
     ) -> str:
@@ -800,6 +805,7 @@ class Ledger:
             )
         return token
 
+    @_retried
     def revoke(self, name: str) -> None:
         """Stop ``name``'s token from working (at once, in every process); their charges
         and quota stay."""
@@ -823,11 +829,14 @@ class Ledger:
     def authenticate(self, token: object) -> Principal | None:
         """Who holds ``token``, or None (unknown, malformed or revoked).
 
-        Never waits for the write lock: tokens are looked up in a verified view of the
-        analysts' chain, brought up to the head on a read-only connection of its own
+        Never waits for a check-and-charge: tokens are looked up in a verified view of
+        the analysts' chain, brought up to the head on a read-only connection of its own
         before each lookup (one small read), so a revocation committed by any process
-        applies to every request that starts after its commit. While another process is
-        committing (the file is locked for that instant), the view as it was is used."""
+        applies to every request that starts after its commit. An SQLite file is locked
+        for readers only while a commit is written, which this read waits for (at most
+        5 s, then :class:`LedgerError`); PostgreSQL readers never wait. A view older than
+        the ledger's is never used: a token just revoked, or just made, is never judged
+        by one."""
         parts = split_token(token)
         key, secret = parts if parts is not None else ("", "")
         found = self._tokens().get(key) if key else None
@@ -850,20 +859,9 @@ class Ledger:
             if not head[1]:
                 head = (0, _analysts_genesis(self._genesis))
             try:
-                if self._auth_db is None:
-                    self._auth_db = _connect(self.path, busy_ms=0)
-                db = self._auth_db
-                db.execute("BEGIN")
-                try:
-                    got = self._analysts_after(db, head, entries)
-                finally:
-                    db.execute("COMMIT")
-            except sqlite3.OperationalError as err:
-                if "locked" in str(err) or "busy" in str(err):
-                    return by_key  # a commit in progress: not in force yet
-                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
-            except sqlite3.DatabaseError as err:
-                raise LedgerError(f"ledger {self.path}: cannot be read: {err}") from None
+                got = self._store.read_now(lambda rows: self._analysts_after(rows, head, entries))
+            except self._store.errors as err:
+                raise self._unreadable(err) from None
             if got is not None:
                 entries, head = got
                 by_key = _by_key(entries)
@@ -883,17 +881,14 @@ class Ledger:
         n, h = self._analysts_head
         if n == 0:
             return
+        rows = self._rows()
         if n == 1:
             prev = _analysts_genesis(self._genesis)
         else:
-            r = self._db.execute("SELECT hash FROM analysts WHERE seq = ?", (n - 1,)).fetchone()
-            prev = b"" if r is None else bytes.fromhex(r[0])
-        r = self._db.execute(
-            "SELECT seq, created, name, quota, admin, token_key, token_hash FROM analysts "
-            "WHERE seq = ?",
-            (n,),
-        ).fetchone()
-        if r is None or _digest(prev, _encode(tuple(r))) != h:
+            r = rows.analyst(n - 1)
+            prev = b"" if r is None else self._stored_hash(r[7], f"analyst entry {n - 1}")
+        r = rows.analyst(n)
+        if r is None or _digest(prev, _encode(tuple(r[:7]))) != h:
             raise self._broken(f"analyst entry {n} was altered or removed")
 
     def _append_analyst(
@@ -919,14 +914,9 @@ class Ledger:
         created = time.time()
         fields = (seq, created, name, text, int(admin), key, token_hash)
         h = _digest(prev, _encode(fields))
-        self._db.execute(
-            "INSERT INTO analysts (seq, created, name, quota, admin, token_key, token_hash, hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (*fields, h.hex()),
-        )
-        self._db.execute(
-            "UPDATE meta SET value = ? WHERE key = 'analysts_head'", (f"{seq} {h.hex()}",)
-        )
+        rows = self._rows()
+        rows.insert_analyst((*fields, h.hex()))
+        rows.set_meta("analysts_head", f"{seq} {h.hex()}")
         self._analysts = {**self._analysts, name: _Entry(quota, admin, key, token_hash)}  # type: ignore[arg-type]
         self._analysts_head = (seq, h)
 
@@ -941,6 +931,7 @@ class Ledger:
             raise InvalidParameter(f"a quota must be > 0, got {quota}")
         return q
 
+    @_retried
     def register_analyst(self, name: str, quota: Fraction | None = None) -> Fraction | None:
         """Register ``name`` (with ``quota``, None for none), or find them registered.
 
@@ -962,6 +953,7 @@ class Ledger:
             self._append_analyst(name, q)
             return q
 
+    @_retried
     def set_quota(self, analyst: str, quota: Fraction | None) -> None:
         """An administrator's change: ``analyst``'s quota becomes ``quota`` (None removes
         it), registering them if needed. Recorded in the analysts' chain."""
@@ -975,74 +967,65 @@ class Ledger:
     # --- copies ---------------------------------------------------------------------------------
 
     def backup(self, target: str | Path, *, force: bool = False) -> BackupReport:
-        """Verify this ledger, copy it live with SQLite's online backup API, verify the copy.
+        """Verify this ledger, write one snapshot of it to the SQLite file ``target``,
+        verify the copy.
 
-        The copy is one consistent snapshot holding at least every charge committed before
-        the call, and it must extend the chain verified here; it is written beside
-        ``target`` and moved into place only once verified. An existing ``target`` is
-        refused unless ``force``."""
-        return self._backup(Path(target), force=force, verified=False)
+        The copy holds at least every charge committed before the call, and it must
+        extend the chain verified here; it is written beside ``target`` and moved into
+        place only once verified. An existing ``target`` is refused unless ``force``.
+        A ledger of either store backs up to a file (:func:`copy_ledger` writes one into
+        a database)."""
+        return self._copy(_backup_file(target), force=force, verified=False, label="backup")
 
-    def _backup(self, dst: Path, *, force: bool, verified: bool) -> BackupReport:
-        if dst.exists() and not force:
-            raise LedgerError(f"backup {dst}: the file exists; refusing to overwrite it")
-        if self.durable and dst.exists() and os.path.samefile(dst, self.path):
-            raise LedgerError(f"backup {dst}: is the ledger itself")
+    def _charge_hash(self, cid: int) -> object:
+        with self._lock, self._snapshot() as rows:
+            return rows.charge_hash(cid)
+
+    def _copy(self, target: str, *, force: bool, verified: bool, label: str) -> BackupReport:
+        """Write one verified snapshot of this ledger to ``target`` (see :func:`copy_ledger`)."""
+        shown = location_of(target)
+        if self._store.same_place(target_of(target) or ""):
+            raise LedgerError(f"{label} {shown}: is the ledger itself")
         with self._lock:
             if not verified:
                 self.verify()
             before, before_hash = self.head
-        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
             try:
-                out = sqlite3.connect(tmp, isolation_level=None)
-                try:
-                    with self._lock:
-                        self._db.backup(out)  # all pages in one step: one snapshot
-                finally:
-                    out.close()
-                _fsync(tmp)
-            except sqlite3.DatabaseError as err:
-                raise LedgerError(f"backup {dst}: cannot write it: {err}") from None
+                with self._snapshot() as rows:
+                    dump = rows.dump()
+            except self._store.errors as err:
+                raise self._unreadable(err) from None
+        made: list[BackupReport] = []
+
+        def check(where: str) -> None:
+            """The copy, where it was built: a whole ledger extending the verified chain."""
             try:
-                copy = Ledger(tmp, None, create=False)
+                copy = Ledger(where, None, create=False)
             except LedgerError as err:  # changed since it was verified here: say where
-                raise LedgerError(str(err).replace(str(tmp), self.path)) from None
+                raise LedgerError(str(err).replace(location_of(where), self.path)) from None
             try:
                 n = copy.head[0]
-                ok = n >= before and (
-                    before == 0
-                    or copy._db.execute(
-                        "SELECT hash FROM charges WHERE id = ?", (before,)
-                    ).fetchone()
-                    == (before_hash,)
-                )
-                if not ok:
+                if n < before or (before and copy._charge_hash(before) != before_hash):
                     raise LedgerError(
-                        f"backup {dst}: the copy does not hold the {before} verified charges "
-                        f"of {self.path}"
+                        f"{label} {shown}: the copy does not hold the {before} verified "
+                        f"charges of {self.path}"
                     )
-                report = BackupReport(self.path, str(dst), n, len(copy.analysts()), copy.head[1])
+                made.append(BackupReport(self.path, shown, n, len(copy.analysts()), copy.head[1]))
             finally:
                 copy.close()
-            _remove_sidecars(tmp)
-            if force:
-                os.replace(tmp, dst)
-            else:
-                try:
-                    os.link(tmp, dst)
-                except FileExistsError:
-                    raise LedgerError(
-                        f"backup {dst}: the file exists; refusing to overwrite it"
-                    ) from None
-            _fsync_dir(dst.parent)
-            return report
-        except OSError as err:
-            raise LedgerError(f"backup {dst}: {err.strerror or err}") from None
+
+        write_copy(target, dump, force=force, verify=check, label=label)
+        (report,) = made
+        placed = Ledger(target, None, create=False)  # verified again, in place
+        try:
+            if placed.head != (report.charges, report.head):
+                raise LedgerError(
+                    f"{label} {shown}: changed while it was put in place (head "
+                    f"{placed.head[1][:16]}, expected {report.head[:16]})"
+                )
         finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            _remove_sidecars(tmp)
+            placed.close()
+        return report
 
     def close(self) -> None:
         """Close the file. A TRUNCATE journal stays behind, empty, after every commit; on
@@ -1052,160 +1035,44 @@ class Ledger:
         with self._lock, self._auth_lock:
             if not self._closed:
                 self._closed = True
-                if self.durable:
-                    with contextlib.suppress(sqlite3.Error):
-                        self._db.execute("PRAGMA journal_mode=DELETE")
-                self._db.close()
-                if self._auth_db is not None:
-                    self._auth_db.close()
+                self._store.close()
+
+
+def _backup_file(target: str | Path) -> str:
+    """The file a backup goes to (never a database)."""
+    name = target_of(str(target))
+    assert name is not None
+    if is_url(name):
+        raise LedgerError(
+            f"backup {location_of(name)}: a backup is a file; copy_ledger (dpcurator ledger "
+            "copy) writes a ledger into a database"
+        )
+    return name
 
 
 def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
-    """Verify the ledger at ``source`` and copy it, live, to ``target`` (see
+    """Verify the ledger at ``source`` and copy it, live, to the file ``target`` (see
     :meth:`Ledger.backup`)."""
-    if Path(target).exists() and not force:
-        raise LedgerError(f"backup {target}: the file exists; refusing to overwrite it")
+    name = _backup_file(target)
+    if Path(name).exists() and not force:
+        raise LedgerError(f"backup {name}: the file exists; refusing to overwrite it")
     led = Ledger(source, None, create=False)  # verifies all of it
     try:
-        return led._backup(Path(target), force=force, verified=True)
+        return led._copy(name, force=force, verified=True, label="backup")
     finally:
         led.close()
 
 
-# --- files --------------------------------------------------------------------------------
-
-
-def _inode(path: Path) -> tuple[int, int] | None:
-    """The file's identity (device, inode), None if it is gone."""
+def copy_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
+    """Copy the ledger at ``source`` to ``target``, from either store to either store
+    (SQLite to PostgreSQL and back): ``source`` is verified in full, one snapshot of its
+    rows (at least every charge committed before the call, taken while curators keep
+    charging) is written where it is built (beside a file, or in a scratch schema),
+    verified there, put in place, and verified again. Rows are copied as stored, so the
+    copy's chains and head are the source's. A ``target`` that holds a ledger (a file
+    that exists; a schema with a ledger's tables) is replaced only if ``force``."""
+    led = Ledger(source, None, create=False)
     try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _connect(path: str, busy_ms: int = 60_000) -> sqlite3.Connection:
-    """A connection to an existing file (SQLite never creates one here), or to memory;
-    it waits up to ``busy_ms`` for another connection's lock."""
-    uri = ":memory:" if path == ":memory:" else Path(path).absolute().as_uri() + "?mode=rw"
-    db = sqlite3.connect(
-        uri,
-        timeout=busy_ms / 1000,
-        isolation_level=None,
-        check_same_thread=False,
-        uri=uri != ":memory:",
-    )
-    db.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
-    db.execute("PRAGMA trusted_schema=OFF")
-    return db
-
-
-_EXPECTED: list[tuple] | None = None
-
-
-def _expected_objects() -> list[tuple]:
-    """What ``sqlite_master`` of a ledger holds: its tables, exactly as created."""
-    global _EXPECTED
-    if _EXPECTED is None:
-        db = sqlite3.connect(":memory:")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
-        _EXPECTED = db.execute(
-            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
-        ).fetchall()
-        db.close()
-    return _EXPECTED
-
-
-def _initialise(db: sqlite3.Connection, identity: str) -> None:
-    for statement in _SCHEMA.split(";"):
-        if statement.strip():
-            db.execute(statement)
-    genesis = _genesis(FORMAT, identity)
-    db.executemany(
-        "INSERT INTO meta VALUES (?, ?)",
-        [
-            ("format", FORMAT),
-            ("identity", identity),
-            ("genesis", genesis.hex()),
-            ("charges_head", f"0 {genesis.hex()}"),
-            ("analysts_head", f"0 {_analysts_genesis(genesis).hex()}"),
-        ],
-    )
-
-
-def _probe(path: Path) -> None:
-    """Refuse, before SQLite sees it, a file that cannot be a ledger."""
-    try:
-        if path.is_dir():
-            raise LedgerError(f"ledger {path}: is a directory")
-        with open(path, "rb") as f:
-            head = f.read(len(_MAGIC))
-    except OSError as err:
-        raise LedgerError(f"ledger {path}: cannot be read: {err.strerror or err}") from None
-    if not head:
-        raise LedgerError(
-            f"ledger {path}: the file is empty (0 bytes), not a ledger; if it was one, its "
-            "charges are lost: restore it from a backup, never start it afresh"
-        )
-    if head != _MAGIC:
-        raise LedgerError(f"ledger {path}: not a dpcurator ledger (not an SQLite database)")
-
-
-def _create(path: Path, identity: str) -> None:
-    """Create a complete ledger at ``path``, atomically: it is built beside the path and
-    linked into place, so no process ever sees a half-made ledger. If another process
-    creates it first, theirs is kept."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
-    try:
-        db = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=DELETE")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("BEGIN IMMEDIATE")
-            _initialise(db, identity)
-            db.execute("COMMIT")
-        finally:
-            db.close()
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process created it first: use theirs
-        except OSError:
-            if not path.exists():  # a file system without hard links
-                os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except (OSError, sqlite3.DatabaseError) as err:
-        raise LedgerError(f"ledger {path}: cannot be created: {err}") from None
+        return led._copy(str(target), force=force, verified=True, label="copy")
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        _remove_sidecars(tmp)
-
-
-def _remove_sidecars(path: Path) -> None:
-    for suffix in ("-journal", "-wal", "-shm"):
-        with contextlib.suppress(OSError):
-            path.with_name(path.name + suffix).unlink()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        led.close()

@@ -1,0 +1,125 @@
+"""Where a ledger's rows live, chosen by what names it.
+
+- a path, or ``sqlite:///PATH`` (``sqlite:////srv/l.db`` for an absolute path): an SQLite
+  file on this host, the embedded default (:mod:`.sqlite`); ``None`` or ``":memory:"``:
+  a ledger in memory that dies with the process;
+- ``postgresql://user@host:port/dbname[?schema=NAME]``: a PostgreSQL database that
+  several servers on several hosts share (:mod:`.postgres`, the ``postgres`` extra).
+
+A store runs transactions and knows its tables; the hash chains, their verification and
+everything a charge means live in :mod:`dpcurator.curator.ledger`, the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from dpcurator.curator.stores.rows import Dump, Rows
+from dpcurator.errors import LedgerError
+
+T = TypeVar("T")
+
+__all__ = [
+    "Dump",
+    "Rows",
+    "Store",
+    "is_url",
+    "location_of",
+    "open_store",
+    "target_of",
+    "write_copy",
+]
+
+
+class Store(Protocol):
+    """What :class:`~dpcurator.curator.ledger.Ledger` needs of a store."""
+
+    kind: str
+    location: str
+    durable: bool
+    errors: tuple[type[BaseException], ...]
+
+    def tables(self) -> list[str]: ...
+    def foreign(self, tables: list[str]) -> str: ...
+    def altered(self) -> bool: ...
+    def prepare(self) -> None: ...
+    def begin_read(self) -> Rows: ...
+    def end_read(self) -> None: ...
+    def begin_write(self) -> Rows: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def retryable(self, err: BaseException, *, committing: bool) -> bool: ...
+    def read_now(self, read: Callable[[Rows], T]) -> T: ...
+    def same_place(self, target: str) -> bool: ...
+    def close(self) -> None: ...
+
+
+_SQLITE = "sqlite:///"
+
+
+def is_url(target: str) -> bool:
+    """Whether ``target`` names a PostgreSQL database rather than a file."""
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def target_of(target: str | Path | None) -> str | None:
+    """A ledger's name as a store reads it: ``sqlite:///PATH`` becomes PATH; any other
+    URL scheme is refused."""
+    if target is None:
+        return None
+    text = str(target)
+    if text.startswith(_SQLITE):
+        path = text[len(_SQLITE) :]
+        if not path:
+            raise LedgerError(f"ledger {text}: give a file after sqlite:///")
+        return path
+    if "://" in text and not is_url(text):
+        scheme = text.split("://", 1)[0]
+        raise LedgerError(
+            f"ledger {text}: unknown kind of ledger {scheme!r}; give a file path, "
+            "sqlite:///PATH or postgresql://user@host/dbname"
+        )
+    return text
+
+
+def location_of(target: str) -> str:
+    """How messages name the ledger at ``target`` (a URL without its password)."""
+    name = target_of(target)
+    assert name is not None
+    if is_url(name):
+        from dpcurator.curator.stores.postgres import parse
+
+        return parse(name)[2]
+    return name
+
+
+def open_store(target: str | Path | None, initial_meta: Sequence[tuple[str, str]] | None) -> Store:
+    """The store ``target`` names, created with ``initial_meta`` if nothing is there (and
+    ``initial_meta`` is given)."""
+    name = target_of(target)
+    if name is not None and is_url(name):
+        from dpcurator.curator.stores.postgres import PostgresStore
+
+        return PostgresStore(name, initial_meta)
+    from dpcurator.curator.stores.sqlite import SQLiteStore
+
+    return SQLiteStore(name, initial_meta)
+
+
+def write_copy(
+    target: str, dump: Dump, *, force: bool, verify: Callable[[str], None], label: str
+) -> None:
+    """Write ``dump`` as a new ledger at ``target``, ``verify`` it where it was built,
+    and only then put it in place (see each store's ``write_copy``)."""
+    name = target_of(target)
+    assert name is not None
+    if is_url(name):
+        from dpcurator.curator.stores import postgres
+
+        postgres.write_copy(name, dump, force=force, verify=verify, label=label)
+    else:
+        from dpcurator.curator.stores import sqlite
+
+        sqlite.write_copy(name, dump, force=force, verify=verify, label=label)
