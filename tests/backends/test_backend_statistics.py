@@ -7,8 +7,6 @@ the domain, near +-2^62) and bin edges."""
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -202,37 +200,19 @@ def test_squares_of_a_wide_span_are_refused():
 
 # --------------------------------------------------------------------- Spark twin
 
-spark_missing = pytest.importorskip is None or (
-    shutil.which("java") is None and not os.environ.get("JAVA_HOME")
-)
-
-
 @pytest.fixture(scope="module")
-def twins():
-    pytest.importorskip("pyspark")
-    if spark_missing:  # pragma: no cover
-        pytest.skip("Spark needs Java 17")
-    from pyspark.sql import SparkSession
-
+def twins(spark):
     from dpcurator.backends import SparkBackend
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dpcurator-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
     df = frame()
     duck = DuckDBBackend.load(df, SCHEMA)
-    spk = SparkBackend.load(df, SCHEMA, spark=session)
+    spk = SparkBackend.load(df, SCHEMA, spark=spark)
     yield duck, spk
     duck.close()
     spk.close()
 
 
+@pytest.mark.xdist_group("spark")
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
 def test_spark_gives_duckdbs_numbers(twins):
     duck, spk = twins

@@ -41,29 +41,12 @@ from dpcurator.queries import (
 )
 from dpcurator.queries.predicates import Predicate, normalize
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning"),
+    pytest.mark.xdist_group("spark"),
+]
 
 I64 = 2**63
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local Spark for the whole test session (2 cores, small settings)."""
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dpcurator-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
-    yield session
-    session.stop()
 
 
 # --------------------------------------------------------------------- twins

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from spark_cluster import spark_class, spark_env, standalone_cluster
 
+pytestmark = pytest.mark.xdist_group("spark")
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data" / "adult-sample.csv"
 SCHEMA = ROOT / "examples" / "adult" / "schema.json"
