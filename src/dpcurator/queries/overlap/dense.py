@@ -64,9 +64,7 @@ class SegmentGrid:
             return np.array(float(wb.sum()))
         diff = np.zeros(tuple(n + 1 for n in shape))
         for corner in itertools.product((0, 1), repeat=k):
-            idx = tuple(
-                self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner)
-            )
+            idx = tuple(self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner))
             np.add.at(diff, idx, -wb if sum(corner) % 2 else wb)
         for axis in range(k):
             np.cumsum(diff, axis=axis, out=diff)
