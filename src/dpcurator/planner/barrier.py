@@ -9,7 +9,8 @@ convex; :mod:`dpcurator.planner.allocation` adds its rows lazily (cutting planes
 calls :func:`solve` on each list.
 
 Solved by the log-barrier method (Boyd & Vandenberghe 2004, Sec. 11.3): Newton steps on
-t f(c) - sum log(1 - R c) - sum log(1 - c) for growing t. The Hessian is a diagonal plus
+t f(c) - sum log(1 - R c) - sum log(1 - c) for growing t, each new t entered along the
+central path's tangent (a predictor step). The Hessian is a diagonal plus
 R^T diag(1 / s^2) R, so a step costs one dense solve of the smaller of rows and groups
 (Woodbury when the rows are fewer); a few dozen steps reach a relative gap of 1e-9,
 where a first-order method needs thousands.
@@ -82,7 +83,7 @@ def solve(
             return np.inf
         return t * f(x) - float(np.sum(np.log(s)) + np.sum(np.log(u)))
 
-    t = (m + n) / f(c)  # a first gap of about the objective itself
+    t = 100.0 * (m + n) / f(c)  # a first gap of about 1% of the objective
     best_lower = -np.inf
     steps = 0
     while True:
@@ -110,7 +111,19 @@ def solve(
         value = f(c)
         if value - best_lower <= rel_gap * value or steps >= MAX_STEPS:
             return Solution(c, value, best_lower, steps)
-        t *= GROWTH
+        # predictor: follow the central path's tangent dc/dt = -H^-1 grad f to the next t
+        grad_f = -pw * K * c ** (-pw - 1)
+        diag = t * pw * (pw + 1) * K * c ** (-pw - 2) + 1.0 / u**2
+        tangent = -_newton(diag, R / s[:, None], grad_f)
+        t_next = t * GROWTH
+        alpha = 1.0
+        now = phi(c, t_next)
+        while alpha > 1e-3:
+            if phi(c + alpha * (t_next - t) * tangent, t_next) < now:
+                c = c + alpha * (t_next - t) * tangent
+                break
+            alpha *= 0.5
+        t = t_next
 
 
 def _newton(diag: np.ndarray, rs: np.ndarray, grad: np.ndarray) -> np.ndarray:

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from dpcurator.planner.allocation import _limits  # one BLAS thread: L-BFGS-B's calls are tiny
 
@@ -76,6 +75,8 @@ def minimise_weighted(
             return 1e300, np.zeros(m)
         g = omega @ jac
         return val, (budget / s) * (g - float(g @ u) / s)
+
+    from scipy.optimize import minimize  # imported when first needed: slow to import
 
     for st in starts:
         u0 = np.maximum(np.asarray(st, float), FLOOR)
@@ -132,6 +133,8 @@ def minimise_max(fn: VarianceFn, budget: float, start: np.ndarray) -> tuple[np.n
 
 
 def _slsqp(cons, cons_jac, z0: np.ndarray, m: int, lo: float, budget: float):
+    from scipy.optimize import minimize
+
     return minimize(
         lambda z: (z[m], np.eye(m + 1)[m]),
         z0,
