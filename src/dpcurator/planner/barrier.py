@@ -86,6 +86,7 @@ def solve(
     t = 100.0 * (m + n) / f(c)  # a first gap of about 1% of the objective
     best_lower = -np.inf
     steps = 0
+    step = np.zeros(n)
     while True:
         # centre: Newton on phi(., t)
         while steps < MAX_STEPS:
@@ -106,10 +107,17 @@ def solve(
                 break
             c = c + alpha * step
         s, u = 1.0 - R @ c, 1.0 - c
-        lower = dual_value(K, p, R, 1.0 / (t * s), 1.0 / (t * u))
-        best_lower = max(best_lower, lower)
+        # Multipliers 1/(t s) corrected by the last Newton step (the linearised barrier
+        # gradient at the centre): their error is second order in the centring error,
+        # where 1/(t s) alone would stall the bound near the boundary. Any lambda, nu >= 0
+        # give a valid bound; these give a tight one.
+        ds, du = R @ step, step
+        lam = np.maximum(0.0, (1.0 + ds / s) / (t * s))
+        nu = np.maximum(0.0, (1.0 + du / u) / (t * u))
+        best_lower = max(best_lower, dual_value(K, p, R, lam, nu))
         value = f(c)
-        if value - best_lower <= rel_gap * value or steps >= MAX_STEPS:
+        done = value - best_lower <= rel_gap * value
+        if done or steps >= MAX_STEPS or (m + n) / t < 1e-14 * value:  # float's limit
             return Solution(c, value, best_lower, steps)
         # predictor: follow the central path's tangent dc/dt = -H^-1 grad f to the next t
         grad_f = -pw * K * c ** (-pw - 1)
