@@ -253,7 +253,7 @@ def optimal(
     lower: float | None = None
     rounds = 0
     notes: list[str] = []
-    gam = math.inf
+    gam, tight, polish = math.inf, tolerance * 1e-3, False
     with _limits(1):  # small dense solves: threaded BLAS only adds overhead
         while rounds < max_rounds:
             rounds += 1
@@ -261,7 +261,7 @@ def optimal(
             inside = 0.95 / max(1.0, float((R @ c_live).max()), float(c_live.max()) / 0.95)
             # Inner accuracy tightens as the solutions get nearly feasible (the last load
             # gam predicts the candidate's gap, gam^p - 1): early rounds need a direction.
-            inner = min(1e-5, max(tolerance * 1e-3, 1e-2 * (gam**p - 1)))
+            inner = tight if polish else min(1e-3, max(tight, 1e-2 * (gam**p - 1)))
             sol = barrier.solve(K, p, R, c_live * inside, rel_gap=inner)
             c_live = sol.c
             low = sol.lower * scale
@@ -274,11 +274,13 @@ def optimal(
                 if obj < best_obj:
                     best, best_obj, best_res = cand, obj, res
             if best_obj <= lower * (1 + tolerance):
-                break
+                if inner <= tight:
+                    break
+                polish = True  # within tolerance: one more round at full accuracy
             if time.monotonic() - t0 > time_limit:
                 notes.append(f"stopped by the time limit ({time_limit:g} s)")
                 break
-            if not add(sets):
+            if not add(sets) and not polish:
                 break  # no new violated point: done to the separator's accuracy
         else:
             notes.append(f"stopped after {max_rounds} rounds")
