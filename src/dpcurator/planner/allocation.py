@@ -273,15 +273,15 @@ def optimal(
                 obj = _objective(cand, w, budget)
                 if obj < best_obj:
                     best, best_obj, best_res = cand, obj, res
-            if best_obj <= lower * (1 + tolerance):
-                if inner <= tight:
-                    break
-                polish = True  # within tolerance: one more round at full accuracy
             if time.monotonic() - t0 > time_limit:
                 notes.append(f"stopped by the time limit ({time_limit:g} s)")
                 break
-            if not add(sets) and not polish:
-                break  # no new violated point: done to the separator's accuracy
+            # Within tolerance, or no new violated point: done, once solved at full
+            # accuracy (the early rounds' loose solves get one more, tight, round).
+            if best_obj <= lower * (1 + tolerance) or not add(sets):
+                if inner <= tight:
+                    break
+                polish = True
         else:
             notes.append(f"stopped after {max_rounds} rounds")
     if best is not start.costs:
