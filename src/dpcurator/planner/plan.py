@@ -28,7 +28,7 @@ from dpcurator.planner.strategies import (
 )
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
-from dpcurator.queries import Query, max_overlap
+from dpcurator.queries import OverlapResult, Query, max_overlap
 
 #: What the optimal allocation may minimise (see :func:`make_plan`).
 OBJECTIVES = ("total", "per-table", "max")
@@ -110,6 +110,9 @@ class Plan:
     #: measured at ``values``), and every candidate's figures
     strategy: StrategyPlan | None = None
     candidates: tuple[Candidate, ...] = ()
+    #: the queries' unit-weight maximum overlap (``gamma`` and its witness), kept so that
+    #: other allocations of the same queries need not solve it again
+    overlap: OverlapResult | None = field(default=None, compare=False, repr=False)
 
     @property
     def strategy_name(self) -> str:
@@ -593,4 +596,5 @@ def make_plan(
         allocs,
         chosen,
         tuple(cands),
+        g0,
     )

@@ -186,6 +186,8 @@ def plan_ranges(
     queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget, name: str
 ) -> StrategyPlan:
     """``identity`` or the best ``tree`` over :data:`ranges.BRANCHINGS`."""
+    attrs = {n for q in queries if not q.is_empty for b in q.boxes for n in b.attributes}
+    rg.one_attribute(len(attrs))  # before cutting the domain, which costs far more
     dom = atom_domain(queries, merge=False)
     if dom.d == 0:
         raise InvalidParameter("no query constrains any attribute")

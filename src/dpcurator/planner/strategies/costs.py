@@ -78,10 +78,10 @@ def minimise_weighted(
 
     from scipy.optimize import minimize  # imported when first needed: slow to import
 
-    for st in starts:
-        u0 = np.maximum(np.asarray(st, float), FLOOR)
-        u0 = u0 / u0.sum()
-        with _limits(1):
+    with _limits(1):  # once for all starts: setting the limit costs milliseconds
+        for st in starts:
+            u0 = np.maximum(np.asarray(st, float), FLOOR)
+            u0 = u0 / u0.sum()
             res = minimize(
                 f,
                 u0,
@@ -90,11 +90,11 @@ def minimise_weighted(
                 bounds=[(FLOOR, None)] * m,
                 options={"maxiter": 3000, "ftol": 1e-13, "gtol": 1e-11},
             )
-        u = np.maximum(res.x, FLOOR)
-        c = budget * u / u.sum()
-        val = float(omega @ fn(c)[0])
-        if val < best_f:
-            best_c, best_f = c, val
+            u = np.maximum(res.x, FLOOR)
+            c = budget * u / u.sum()
+            val = float(omega @ fn(c)[0])
+            if val < best_f:
+                best_c, best_f = c, val
     assert best_c is not None
     return best_c, best_f
 

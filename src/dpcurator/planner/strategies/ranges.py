@@ -120,13 +120,18 @@ class RangeModel:
         return f
 
 
+def one_attribute(d: int) -> None:
+    """Raise unless the workload constrains exactly one attribute (``d`` of them)."""
+    if d != 1:
+        raise InvalidParameter(
+            f"range strategies need queries on one attribute; these constrain {d}"
+        )
+
+
 def range_domain_check(domain: AtomDomain, ordered: bool) -> None:
     """Raise unless the workload constrains one ordered attribute cut into at most
     :data:`MAX_SEGMENTS` segments."""
-    if domain.d != 1:
-        raise InvalidParameter(
-            f"range strategies need queries on one attribute; these constrain {domain.d}"
-        )
+    one_attribute(domain.d)
     if not ordered:
         raise InvalidParameter(f"attribute {domain.names[0]!r} is not ordered")
     if domain.sizes[0] > MAX_SEGMENTS:

@@ -18,6 +18,7 @@ search for violated point constraints), in float arithmetic.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,10 @@ from dpcurator.queries.schema import Schema
 
 #: Largest number of grid cells handled densely (8 bytes each).
 DENSE_LIMIT = 4_000_000
+#: Largest cells x attributes (the prefix sums' work) for :func:`max_overlap` to try the
+#: grid first: beyond it (2.5 million cells on 7 attributes take half a second and 90 MB)
+#: the structured strategies decide marginal-like workloads in milliseconds.
+DENSE_FIRST_WORK = 4_000_000
 #: Largest number of boxes x corners added to the difference array.
 MAX_UPDATES = 20_000_000
 
@@ -96,10 +101,15 @@ class SegmentGrid:
 
 
 def _build(
-    schema: Schema, items: Sequence[_Item], ends: dict[str, set[int]], n: int, limit: int
+    schema: Schema,
+    items: Sequence[_Item],
+    ends: dict[str, set[int]],
+    n: int,
+    limit: int,
+    work: float = math.inf,
 ) -> SegmentGrid | None:
     """The grid of ``items`` (n owners), with extra boundaries ``ends``; None when it has
-    more than ``limit`` cells or too many box corners."""
+    more than ``limit`` cells, cells x attributes above ``work``, or too many box corners."""
     ends = {name: set(e) for name, e in ends.items()}
     for m, (_, covs) in enumerate(items):
         for name, cov in covs:
@@ -113,7 +123,8 @@ def _build(
             return None
     names = tuple(sorted(ends))
     cuts = tuple(np.array(sorted(ends[name]), dtype=np.int64) for name in names)
-    if np.prod([len(c) - 1.0 for c in cuts]) > limit:
+    cells = float(np.prod([len(c) - 1.0 for c in cuts]))
+    if cells > limit or cells * len(cuts) > work:
         return None
     k = len(names)
     # Boxes: per attribute, the segment ranges of each coverage interval (an endpoint's
@@ -165,12 +176,14 @@ def dense_max_overlap(
     weights: np.ndarray,
     within: Query | None = None,
     limit: int = DENSE_LIMIT,
+    work: float = math.inf,
 ) -> tuple[float, dict[str, int | str], tuple[int, ...]] | None:
     """(gamma_w, witness point, indices of the queries covering it), or None.
 
     With ``within``, the maximum is taken over the points of C_within only (the witness
     lies in it). ``weights`` must be non-negative integers (as floats) with a sum below
-    2^53. Empty queries and zero weights are allowed.
+    2^53. Empty queries and zero weights are allowed. None when the grid has more than
+    ``limit`` cells or more than ``work`` cells x attributes.
     """
     if not queries or float(weights.sum()) >= 2.0**53:
         return None
@@ -180,7 +193,7 @@ def dense_max_overlap(
         # boolean queries: their disjoint boxes, each with its query's weight
         owner = [i for i, q in enumerate(queries) for _ in q.boxes]
         got = dense_max_overlap(
-            [b for q in queries for b in q.boxes], weights[owner], within, limit
+            [b for q in queries for b in q.boxes], weights[owner], within, limit, work
         )
         if got is None:
             return None
@@ -188,7 +201,7 @@ def dense_max_overlap(
     if within is not None and not isinstance(within, Query):
         best = None
         for part in within.boxes:  # the maximum over a union: the best of its boxes
-            got = dense_max_overlap(queries, weights, part, limit)
+            got = dense_max_overlap(queries, weights, part, limit, work)
             if got is None:
                 return None
             if best is None or got[0] > best[0]:
@@ -222,7 +235,7 @@ def dense_max_overlap(
             covs.append((name, cov))
         else:
             items.append((i, covs))
-    grid = _build(schema, items, ends, len(queries), limit)
+    grid = _build(schema, items, ends, len(queries), limit, work)
     if grid is None:
         return None
     shape = grid.shape
