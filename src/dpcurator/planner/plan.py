@@ -142,7 +142,11 @@ class Plan:
 
 
 def _values(budget: PlanBudget, costs: np.ndarray) -> tuple[float, ...]:
-    return tuple(budget.value(float(c)) for c in costs)
+    """Each cost as charged (rounded down in the budget's unit); a table's cells share
+    one cost, so each distinct cost is rounded once."""
+    distinct, where = np.unique(np.asarray(costs, float), return_inverse=True)
+    rounded = [budget.value(float(c)) for c in distinct]
+    return tuple(rounded[i] for i in np.ravel(where))
 
 
 def _noises(budget: PlanBudget, values: Sequence[float]) -> tuple[Any, ...]:
