@@ -481,8 +481,9 @@ def make_plan(
             else []
         )
     )
+    memo: dict[str, Any] = {}
     for name in names:
-        cand, sp = evaluate(name, qs, omega, groups, budget)
+        cand, sp = evaluate(name, qs, omega, groups, budget, memo)
         cands.append(cand)
         if sp is not None:
             plans[name] = sp
@@ -569,10 +570,11 @@ def make_plan(
     if chosen is None:
         fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
     else:
-        total_q = Query(qs[0].schema, ())
         m_values = [m.value for m in chosen.measurements]
         m_noises = [m.noise for m in chosen.measurements]
-        fin = _guarantee([total_q] * len(m_values), budget, m_values, m_noises, time_limit)
+        # each measurement is charged on its region: the worst point over them all
+        regions = [Query.from_coverages(qs[0].schema, dict(m.region)) for m in chosen.measurements]
+        fin = _guarantee(regions, budget, m_values, m_noises, time_limit)
     if not fin.within_budget:  # never: costs are scaled to (1 - 1e-9) and rounded down
         raise InvalidParameter(f"internal error: the plan exceeds its budget ({fin.describe()})")
     alt = None
