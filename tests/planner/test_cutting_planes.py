@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpcurator.planner import PlanBudget, allocation, barrier, optimal, uniform
+from dpcurator.planner import PlanBudget, allocation, barrier, cuts, optimal, uniform
 from dpcurator.privacy import ZCDP, PureDP
 from dpcurator.queries import BooleanQuery, Query, Schema
 from dpcurator.queries.overlap import dense
@@ -100,16 +100,16 @@ def test_grid_and_witness_searches_agree_with_the_full_program(qs, g) -> None:
         return
     best = program_optimum(qs, w, b)
     got = {}
-    for limit in (allocation.GRID_LIMIT, 0):  # 0: no grid, the exact solver's witness
+    for limit in (cuts.GRID_LIMIT, 0):  # 0: no grid, the exact solver's witness
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(allocation, "GRID_LIMIT", limit)
+            mp.setattr(cuts, "GRID_LIMIT", limit)
             a = optimal(qs, w, b, time_limit=10)
         assert exact_max_load(qs, a.costs) <= Fraction(b.amount)
         assert a.exact
         assert a.lower_bound <= best * (1 + 1e-9)
         assert a.objective <= best * (1 + 1e-4) and a.objective >= a.lower_bound
         got[limit] = a.objective
-    assert got[0] == pytest.approx(got[allocation.GRID_LIMIT], rel=2e-4)
+    assert got[0] == pytest.approx(got[cuts.GRID_LIMIT], rel=2e-4)
 
 
 @pytest.mark.parametrize("g", [PureDP(1.0), ZCDP(0.5)])
@@ -148,3 +148,50 @@ def test_ranges_example_is_solved_in_few_rounds() -> None:
     a = optimal(wl.queries, wl.weights, PlanBudget.of(PureDP(1.0)))
     assert a.exact and a.rounds <= 15
     assert 0 <= a.objective / a.lower_bound - 1 <= 1e-4
+
+
+@st.composite
+def boxes(draw):
+    """Queries of one box each (some empty), on one to three attributes."""
+    qs = []
+    for line in range(1, draw(st.integers(2, 9)) + 1):
+        covs = draw(box())
+        if draw(st.integers(0, 9)) == 0:
+            covs = {"a": ()}  # a contradiction: covers nothing
+        qs.append(Query.from_coverages(SCHEMA, covs, line=line))
+    return qs
+
+
+@settings(max_examples=60, deadline=None)
+@given(boxes(), st.lists(st.floats(0, 1), min_size=9, max_size=9), st.floats(0, 1.5))
+def test_cliques_are_sets_of_points(qs, raw, floor) -> None:
+    """Boxes meet exactly when they share a point, and every clique cut is within one
+    point's set of queries (Helly for boxes): its constraint is one of the program's."""
+    meet = cuts._box_intersections(qs)
+    assert meet is not None
+    for i, j in itertools.product(range(len(qs)), repeat=2):
+        assert meet[i, j] == any(covers(qs[i], x) and covers(qs[j], x) for x in POINTS)
+    costs = np.array(raw[: len(qs)])
+    load, sets = cuts._cliques(meet, costs, floor, slack=1e-6)
+    assert load <= float(exact_max_load(qs, costs)) * (1 + 1e-12)
+    for s in sets:
+        assert s.any() and any(all(covers(q, x) for q in np.array(qs)[s]) for x in POINTS)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(boxes(), st.sampled_from([PureDP(1.0), ZCDP(0.5)]))
+def test_clique_search_agrees_with_the_full_program(qs, g) -> None:
+    """Without the grid, boxes are cut by cliques: the same certified optimum."""
+    b = PlanBudget.of(g)
+    w = np.ones(len(qs))
+    if all(q.is_empty for q in qs):
+        return
+    best = program_optimum(qs, w, b)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cuts, "GRID_LIMIT", 0)
+        a = optimal(qs, w, b, time_limit=10)
+    assert exact_max_load(qs, a.costs) <= Fraction(b.amount)
+    assert a.exact and a.lower_bound <= best * (1 + 1e-9)
+    live = np.array([not q.is_empty for q in qs])  # an empty query's term is free
+    got = allocation._objective(a.costs[live], w[live], b)
+    assert best * (1 - 1e-9) <= got <= best * (1 + 1e-4)

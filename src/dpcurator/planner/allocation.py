@@ -37,10 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpcurator.errors import InvalidParameter
-from dpcurator.planner import barrier
+from dpcurator.planner import barrier, cuts
 from dpcurator.planner.budget import PlanBudget
 from dpcurator.queries import OverlapResult, Query, max_overlap
-from dpcurator.queries.overlap.dense import segment_grid
 
 try:  # L-BFGS-B's small dense BLAS calls are ~300x slower with threaded BLAS
     from threadpoolctl import threadpool_limits as _limits
@@ -131,53 +130,6 @@ def uniform(
     )
 
 
-#: The most grid cells the separation step loads at every round (8 bytes each).
-GRID_LIMIT = 1_000_000
-#: The most cuts one round adds (the most loaded points with distinct query sets).
-CUTS_PER_ROUND = 64
-
-
-class _Separator:
-    """Finds points whose constraint the normalised costs ``chat`` (per group) violate.
-
-    On a small segment grid (:func:`dpcurator.queries.overlap.dense.segment_grid`), the
-    load of every cell at once, and several cuts: the most loaded cells whose covering
-    sets are distinct and not contained in one another (a contained set's constraint
-    is implied). Otherwise the exact overlap solver's witness, one cut. Either way the
-    load found is only used to steer the search; the allocation returned is certified
-    by the exact solver (see :func:`optimal`)."""
-
-    def __init__(self, qs: list[Query], g: np.ndarray, live: np.ndarray) -> None:
-        self.qs, self.g, self.live = qs, g, live
-        self.grid = segment_grid(qs, GRID_LIMIT)
-
-    def __call__(
-        self, chat: np.ndarray, time_limit: float, floor: float
-    ) -> tuple[float, list[np.ndarray], OverlapResult | None]:
-        """(the largest load, the query sets of the cuts (bool per query), and the exact
-        result when the overlap solver found it). Cells loaded above ``floor`` are cut
-        candidates (``floor`` 0: those within 10% of the largest load)."""
-        per_query = chat[self.g]
-        if self.grid is None:
-            res, gam = _gamma(self.qs, per_query, time_limit)
-            sets = [np.isin(np.arange(len(self.qs)), res.witness_queries)]
-            return gam, sets, res
-        loads = self.grid.loads(per_query).ravel()
-        top = float(loads.max())
-        want = min(len(loads), 4 * CUTS_PER_ROUND)
-        cand = np.argpartition(-loads, want - 1)[:want]
-        cand = cand[np.argsort(-loads[cand], kind="stable")]
-        cand = cand[loads[cand] >= (floor if floor > 0 else 0.9 * top)]
-        covers = self.grid.covering(cand)
-        # A set inside a more loaded cell's set is implied by that cell's constraint
-        # (and so, transitively, by a chosen one): keep the others, most loaded first.
-        as_float = covers.astype(np.float32)
-        inside = as_float @ (1.0 - as_float).T == 0  # [i, j]: set i within set j
-        implied = np.tril(inside, -1).any(axis=1)
-        chosen = np.flatnonzero(~implied)[:CUTS_PER_ROUND]
-        return top, list(covers[chosen]), None
-
-
 def optimal(
     queries: Sequence[Query],
     weights: Sequence[float],
@@ -226,7 +178,7 @@ def optimal(
         out[live] = c_live
         return out
 
-    separate = _Separator(qs, g, live)
+    separate = cuts.Separator(qs, slack=tolerance / (10 * p))
     rows: list[np.ndarray] = []
     seen: set[bytes] = set()
 
@@ -246,8 +198,11 @@ def optimal(
     np.minimum.at(c_live, g, start.costs / amount)
     c_live = np.minimum(c_live[live], 1.0)
     left = max(0.5, time_limit - (time.monotonic() - t0))
-    add(separate(per_group(c_live), left, 0.0)[1])
+    add(separate(per_group(c_live)[g], left, 0.0).sets)
     best, best_obj = start.costs, _objective(start.costs, w, budget)
+
+    def live_objective(costs: np.ndarray) -> float:
+        return _objective(costs[~empty], w[~empty], budget)
     best_res: OverlapResult | None = None  # the exact result behind ``best``, if known
     exact_all = start.exact
     lower: float | None = None
@@ -267,18 +222,23 @@ def optimal(
             low = sol.lower * scale
             lower = low if lower is None else max(lower, low)
             left = max(0.5, time_limit - (time.monotonic() - t0))
-            gam, sets, res = separate(per_group(c_live), left, 1.0)
-            if gam > 0:
+            found = separate(per_group(c_live)[g], left, 1.0)
+            gam = found.load
+            # a candidate from a load that is gamma_w (exact, or up to float rounding on
+            # the grid); a clique's load is only a lower bound on it
+            if gam > 0 and (found.result is not None or found.exact_load):
                 cand = per_group(c_live)[g] * (amount / gam)
                 obj = _objective(cand, w, budget)
                 if obj < best_obj:
-                    best, best_obj, best_res = cand, obj, res
+                    best, best_obj, best_res = cand, obj, found.result
             if time.monotonic() - t0 > time_limit:
                 notes.append(f"stopped by the time limit ({time_limit:g} s)")
                 break
             # Within tolerance, or no new violated point: done, once solved at full
             # accuracy (the early rounds' loose solves get one more, tight, round).
-            if best_obj <= lower * (1 + tolerance) or not add(sets):
+            # the gap is the live queries' (an empty query's variance is no part of the
+            # program: it covers no point, so its cost is free and its term unbounded)
+            if live_objective(best) <= lower * (1 + tolerance) or not add(found.sets):
                 if inner <= tight:
                     break
                 polish = True
@@ -294,6 +254,9 @@ def optimal(
             exact_all = best_res.exact
         else:
             best, best_obj = start.costs, _objective(start.costs, w, budget)
+
+    def live_objective(costs: np.ndarray) -> float:
+        return _objective(costs[~empty], w[~empty], budget)
     return Allocation(
         "optimal",
         best,
