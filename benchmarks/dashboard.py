@@ -117,8 +117,22 @@ def build(directory: Path, charges: int) -> tuple[Path, Path, Path]:
 
 @contextlib.contextmanager
 def serve(data: Path, schema: Path, ledger: Path) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "dpcurator.cli", "serve", "--port", "0", "--ledger", str(ledger),
-           "--data", str(data), "--schema", str(schema), "--epsilon", str(BUDGET)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dpcurator.cli",
+        "serve",
+        "--port",
+        "0",
+        "--ledger",
+        str(ledger),
+        "--data",
+        str(data),
+        "--schema",
+        str(schema),
+        "--epsilon",
+        str(BUDGET),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
@@ -135,9 +149,21 @@ def serve(data: Path, schema: Path, ledger: Path) -> Iterator[str]:
 
 def token(ledger: Path) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "dpcurator.cli", "analysts", "add", "root", "--admin",
-         "--ledger", str(ledger), "--json"],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "dpcurator.cli",
+            "analysts",
+            "add",
+            "root",
+            "--admin",
+            "--ledger",
+            str(ledger),
+            "--json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])["token"]
 
@@ -157,8 +183,13 @@ def first_render(url: str, tok: str) -> float | None:
         return None
     if not shutil.which(CHROMIUM):
         return None
-    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"]
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
         try:
@@ -189,28 +220,46 @@ def main() -> None:
         with serve(data, schema, ledger) as url:
             headers = {"Authorization": f"Bearer {tok}"}
             with httpx.Client(base_url=url, headers=headers, timeout=300) as c:
-                rows.append(("GET /dashboard (the page)", f"{timed(c, '/dashboard')[0] * 1000:.0f} ms"))
+                rows.append(
+                    ("GET /dashboard (the page)", f"{timed(c, '/dashboard')[0] * 1000:.0f} ms")
+                )
                 for label in ("cold", "warm"):
-                    for path in ("/v1/dashboard/overview", "/v1/dashboard/answers?limit=50",
-                                 "/v1/dashboard/refusals?limit=50"):
+                    for path in (
+                        "/v1/dashboard/overview",
+                        "/v1/dashboard/answers?limit=50",
+                        "/v1/dashboard/refusals?limit=50",
+                    ):
                         s, _ = timed(c, path)
                         rows.append((f"GET {path.split('?')[0]} ({label})", f"{s * 1000:.0f} ms"))
                     s, body = timed(c, grid)
                     assert len(body["remaining"]) == 100 and len(body["remaining"][0]) == 100
-                    rows.append((f"heat map 100 x 100, {charges} charges ({label})",
-                                 f"{s * 1000:.0f} ms ({body['method']}, computed in "
-                                 f"{body['seconds'] * 1000:.0f} ms, exact: {body['exact']})"))
+                    rows.append(
+                        (
+                            f"heat map 100 x 100, {charges} charges ({label})",
+                            f"{s * 1000:.0f} ms ({body['method']}, computed in "
+                            f"{body['seconds'] * 1000:.0f} ms, exact: {body['exact']})",
+                        )
+                    )
                 one = {"queries": ["age < 50 AND income >= 50"], "costs": [1.0]}
                 c.post("/v1/release", json=one).raise_for_status()
                 s, body = timed(c, grid)
-                rows.append(("heat map 100 x 100 after one more charge",
-                             f"{s * 1000:.0f} ms (computed in {body['seconds'] * 1000:.0f} ms)"))
+                rows.append(
+                    (
+                        "heat map 100 x 100 after one more charge",
+                        f"{s * 1000:.0f} ms (computed in {body['seconds'] * 1000:.0f} ms)",
+                    )
+                )
         with serve(data, schema, ledger) as url:
             for label in ("fresh server", "again"):
                 first = first_render(url, tok)
-                rows.append((f"first render in Chromium ({label})",
-                             "skipped (no Playwright or Chromium)" if first is None
-                             else f"{first * 1000:.0f} ms"))
+                rows.append(
+                    (
+                        f"first render in Chromium ({label})",
+                        "skipped (no Playwright or Chromium)"
+                        if first is None
+                        else f"{first * 1000:.0f} ms",
+                    )
+                )
         with Curator.open(data=data, schema=schema, budget=PureDP(BUDGET), ledger=ledger) as cur:
             s_ = cur.schema()
             r_axis, c_axis = grid_axis(s_, "age"), grid_axis(s_, "income")
@@ -228,20 +277,39 @@ def main() -> None:
             t = time.perf_counter()
             for i, j in sample:
                 left = cur.remaining_detail(cell_query(s_, r_axis, i, c_axis, j))
-                assert cur.budget.display(cur.budget.amount - Fraction(int(got[i, j]), scale)) == left.value
+                assert (
+                    cur.budget.display(cur.budget.amount - Fraction(int(got[i, j]), scale))
+                    == left.value
+                )
             per_cell = (time.perf_counter() - t) / len(sample)
-            rows.append(("remaining_detail per cell (200 cells)",
-                         f"{per_cell * 1000:.1f} ms a cell, {per_cell * 10_000:.0f} s for 10^4 cells"))
+            rows.append(
+                (
+                    "remaining_detail per cell (200 cells)",
+                    f"{per_cell * 1000:.1f} ms a cell, {per_cell * 10_000:.0f} s for 10^4 cells",
+                )
+            )
     # The SVG of a 100 x 100 map whose every cell differs from its neighbours (the
     # worst case: no run of equal colour to merge).
     from dpcurator.service.charts import heatmap
 
     values = np.random.default_rng(3).random((100, 100)).tolist()
     t = time.perf_counter()
-    svg = heatmap("age", [str(i) for i in range(100)], "income", [str(i) for i in range(100)],
-                  values, [[True] * 100] * 100, 1.0, "epsilon")
-    rows.append(("SVG of a 100 x 100 map, every cell its own colour",
-                 f"{(time.perf_counter() - t) * 1000:.0f} ms, {len(svg) // 1024} KiB"))
+    svg = heatmap(
+        "age",
+        [str(i) for i in range(100)],
+        "income",
+        [str(i) for i in range(100)],
+        values,
+        [[True] * 100] * 100,
+        1.0,
+        "epsilon",
+    )
+    rows.append(
+        (
+            "SVG of a 100 x 100 map, every cell its own colour",
+            f"{(time.perf_counter() - t) * 1000:.0f} ms, {len(svg) // 1024} KiB",
+        )
+    )
     width = max(len(a) for a, _ in rows)
     print(f"\n{'measure'.ljust(width)}  time")
     print(f"{'-' * width}  {'-' * 40}")

@@ -2,12 +2,19 @@
 
 For each workload: every candidate strategy's expected total squared error of the
 released answers (exact discrete variances at the costs as charged; ``total`` objective),
-the time to plan, and an empirical check on the real data: 20 releases (the strategy's
-tables counted exactly once, 20 independent draws of exact noise from the OS CSPRNG,
-least-squares answers) against the true counts; the mean squared error over the 20
-releases should be within 10% of the planned figure (its standard error is about
-sqrt(2/20) of it for a few dominant answers, far less for many). Published figures
-(continuous noise) are quoted as constants with their source.
+the time to plan, and an empirical check on the real data: releases (the strategy's
+tables counted exactly once, independent draws of exact noise from the OS CSPRNG,
+least-squares answers) against the true counts. The mean over the releases of the total
+squared error should be within 10% of the planned figure. One release's total varies: by
+about sqrt(2/k) of it when k answers' errors dominate, and for a range hierarchy, whose
+2,775 answers are sums of a few dozen independent noises, by 67% of it. So at least 20
+releases are drawn, and as many more as it takes (up to 5,000) for the mean's standard
+error to be at most 2.5% of the planned figure, so that a 10% deviation is a 4-sigma
+event; the standard deviation of one release's total is exact where the map from the
+noises to the answers is small enough to build (the variance of a quadratic form in
+independent noises, from their second and fourth moments), else estimated from the
+releases. Each row prints the standard error and the interval that 95% of such means fall
+in. Published figures (continuous noise) are quoted as constants with their source.
 
 ``--before TREE`` plans the same workloads with another source tree (e.g. a worktree of
 the commit before strategies) in a subprocess, in the same run: today's figure (direct,
@@ -148,9 +155,59 @@ def plan_figures(w: dict) -> dict:
     return out
 
 
-def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float, float]:
-    """(strategy, planned total, mean over releases of the total squared error, its
-    standard error from the releases, seconds)."""
+def _moments(noise) -> tuple[float, float]:
+    """(variance, fourth moment) of one draw of ``noise``: closed forms for the discrete
+    Laplace, P(k) = (1-p)/(1+p) p^|k| (E k^2 = 2p/(1-p)^2, E k^4 = 2p(1+11p+11p^2+p^3) /
+    ((1+p)(1-p)^4)), else summed over the support."""
+    import numpy as np
+
+    scale = getattr(noise, "scale", None)
+    if scale is not None:
+        q = np.exp(-1.0 / float(scale))
+        return noise.variance(), 2 * q * (1 + 11 * q + 11 * q**2 + q**3) / ((1 + q) * (1 - q) ** 4)
+    sigma = float(noise.sigma)
+    k = np.arange(-int(40 * sigma) - 10, int(40 * sigma) + 11, dtype=float)
+    pk = np.exp(-(k**2) / (2 * sigma**2))
+    pk /= pk.sum()
+    return float(pk @ k**2), float(pk @ k**4)
+
+
+def _spread(plan) -> float | None:
+    """The exact standard deviation of one release's total squared error T = e^T G e
+    (e the independent noise draws, G = L^T L, L their map to the answers):
+    Var T = sum_j G_jj^2 (m4_j - 3 s_j^4) + 2 tr((G S)^2), S = diag(s^2). None when the
+    release has too many noise terms to build L."""
+    import numpy as np
+
+    if plan.strategy is None:
+        mom = {}
+        for n in plan.noises:
+            mom.setdefault(id(n), _moments(n))
+        v = np.array([mom[id(n)] for n in plan.noises])
+        return float(np.sqrt(np.sum(v[:, 1] - v[:, 0] ** 2)))
+    sp = plan.strategy
+    sizes = [len(m.cells) for m in sp.measurements]
+    if sum(sizes) > 2000:
+        return None
+    eye = np.eye(sum(sizes))
+    lmap = np.array([sp.reconstruct(np.split(e, np.cumsum(sizes)[:-1])) for e in eye]).T
+    g = lmap.T @ lmap
+    mom = np.array([_moments(m.noise) for m in sp.measurements for _ in m.cells])
+    var, m4 = mom[:, 0], mom[:, 1]
+    gs = g * var[None, :]
+    return float(np.sqrt(np.sum(np.diag(g) ** 2 * (m4 - 3 * var**2)) + 2 * np.sum(gs * gs.T)))
+
+
+def empirical(w: dict, releases: int = 20, target: float = 0.025, cap: int = 5000) -> dict:
+    """Releases on the real data against the true counts: the planned total, the mean over
+    the releases of the total squared error, its standard error and the number of
+    releases. At least ``releases``; more when one release's total varies so much that
+    their mean's standard error would exceed ``target`` of the planned figure (a few
+    independent noise terms, as for range hierarchies): enough for that, up to ``cap``.
+    The standard deviation of one release's total is exact where it can be computed
+    (:func:`_spread`), else estimated from the releases."""
+    import math
+
     import numpy as np
 
     from dpcurator.backends import load_table
@@ -168,26 +225,43 @@ def empirical(w: dict, releases: int = 20) -> tuple[str, float, float, float, fl
     be = load_table(w["data"], schema, separator=", ", header=False, columns=cols)
     truth = np.asarray(be.counts(list(wl.queries)), float)
     rng = SystemRandomSource()
-    errs = []
-    if plan.strategy is None:
+    sp = plan.strategy
+    if sp is None:
         planned = float(plan.answer_variances().sum())
-        for _ in range(releases):
+
+        def one() -> float:
             noisy = truth + np.array([float(n.sample(rng=rng)) for n in plan.noises])
-            errs.append(float(np.sum((noisy - truth) ** 2)))
+            return float(np.sum((noisy - truth) ** 2))
     else:
-        sp = plan.strategy
         planned = float(sp.variances.sum())
         cells = [[Query.from_coverages(schema, c) for c in m.cells] for m in sp.measurements]
         counts = [np.asarray(be.counts(qs), np.int64) for qs in cells]
-        for _ in range(releases):
+
+        def one() -> float:
             noisy = [
                 y + np.atleast_1d(m.noise.sample(size=len(y), rng=rng)).astype(np.int64)
                 for y, m in zip(counts, sp.measurements, strict=True)
             ]
-            errs.append(float(np.sum((sp.reconstruct(noisy) - truth) ** 2)))
+            return float(np.sum((sp.reconstruct(noisy) - truth) ** 2))
+
     be.close()
-    se = float(np.std(errs, ddof=1) / np.sqrt(len(errs)))
-    return plan.strategy_name, planned, float(np.mean(errs)), se, time.perf_counter() - t0
+    errs = [one() for _ in range(releases)]
+    sd = _spread(plan)
+    exact = sd is not None
+    spread = sd if exact else float(np.std(errs, ddof=1))
+    want = min(cap, max(releases, math.ceil((spread / (target * planned)) ** 2)))
+    errs += [one() for _ in range(want - len(errs))]
+    if not exact:
+        spread = float(np.std(errs, ddof=1))
+    return {
+        "strategy": plan.strategy_name,
+        "planned": planned,
+        "mean": float(np.mean(errs)),
+        "se": spread / math.sqrt(len(errs)),
+        "exact_se": exact,
+        "releases": len(errs),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def _worker(tree: Path, ws: list[dict]) -> list[dict]:
@@ -286,28 +360,32 @@ def main() -> None:
         if w["published"]:
             src, fig = w["published"]
             print(f"{w['name']:<27}{'published':<11}{fig:>14,.0f}{'':>8}  {src}")
-        chosen, planned, mse, se, secs = empirical(w, args.releases)
-        ratio = mse / planned
+        emp = empirical(w, args.releases)
+        planned, mse, se = emp["planned"], emp["mean"], emp["se"]
+        lo, hi = planned - 1.96 * se, planned + 1.96 * se
         print(
-            f"{w['name']:<27}{'EMPIRICAL':<11}{mse:>14,.0f}{secs:>8.2f}  {chosen}: mean of "
-            f"{args.releases} releases / planned = {ratio:.3f} +- {se / planned:.3f} (s.e.)"
+            f"{w['name']:<27}{'EMPIRICAL':<11}{mse:>14,.0f}{emp['seconds']:>8.2f}  "
+            f"{emp['strategy']}: mean of {emp['releases']} releases / planned = "
+            f"{mse / planned:.3f} +- {se / planned:.3f} (s.e., "
+            f"{'exact' if emp['exact_se'] else 'from the releases'}); 95% of such means "
+            f"fall in [{lo:,.0f}, {hi:,.0f}]"
         )
         print(
             f"{w['name']:<27}{'TOTAL PLAN':<11}{'':>14}{after['seconds']:>8.2f}  make_plan, all candidates"
         )
-        summary.append((w, b, after, planned, mse))
+        summary.append((w, b, after, planned, mse, se, emp["releases"]))
         print(flush=True)
     print(
         f"{'workload':<27}{'before':>14}{'after':>14}{'ratio':>7}{'target':>12}{'plan s before':>14}"
-        f"{'after':>7}{'emp/plan':>9}"
+        f"{'after':>7}{'emp/plan':>9}{'+- s.e.':>8}{'releases':>9}"
     )
-    for w, b, after, planned, mse in summary:
+    for w, b, after, planned, mse, se, n in summary:
         bf = b["direct"] if b else float("nan")
         tgt = f"{w['target']:,}" if w["target"] else "-"
         bs = f"{b['seconds']:.2f}" if b else "-"
         print(
             f"{w['name']:<27}{bf:>14,.0f}{planned:>14,.0f}{bf / planned:>7.2f}{tgt:>12}{bs:>14}"
-            f"{after['seconds']:>7.2f}{mse / planned:>9.3f}"
+            f"{after['seconds']:>7.2f}{mse / planned:>9.3f}{se / planned:>8.3f}{n:>9}"
         )
     if args.cli:
         print("\n# command line, wall seconds and peak MB (children's peak so far)")

@@ -23,15 +23,22 @@ from dpcurator.client import Client
 from dpcurator.errors import BudgetExceeded
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "dashboard.png"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dpcurator.cli", "serve", "--demo", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -46,8 +53,9 @@ def main() -> None:
         admin = {"Authorization": f"Bearer {token}"}
         tokens = {}
         for name, quota in (("alice", 0.5), ("bob", None)):
-            r = httpx.post(f"{url}/v1/admin/analysts", headers=admin,
-                           json={"name": name, "quota": quota})
+            r = httpx.post(
+                f"{url}/v1/admin/analysts", headers=admin, json={"name": name, "quota": quota}
+            )
             r.raise_for_status()
             tokens[name] = r.json()["token"]
         with Client(url, tokens["alice"]) as alice, Client(url, tokens["bob"]) as bob:
@@ -74,7 +82,8 @@ def main() -> None:
             bottom = page.locator("#heat-help").bounding_box()
             assert bottom is not None
             page.screenshot(
-                path=str(out), full_page=True,
+                path=str(out),
+                full_page=True,
                 clip={"x": 0, "y": 0, "width": 1200, "height": bottom["y"] + bottom["height"] + 8},
             )
             browser.close()

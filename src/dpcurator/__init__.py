@@ -10,7 +10,17 @@ from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.composition import compose
 from dpcurator.queries import Schema, max_overlap, parse_query
 
-__all__ = ["GDP", "ZCDP", "ApproxDP", "Curator", "PureDP", "Schema", "compose", "max_overlap", "parse_query"]
+__all__ = [
+    "GDP",
+    "ZCDP",
+    "ApproxDP",
+    "Curator",
+    "PureDP",
+    "Schema",
+    "compose",
+    "max_overlap",
+    "parse_query",
+]
 __version__ = "0.1.0"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark for the whole test session (2 cores, small settings)."""

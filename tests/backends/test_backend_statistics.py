@@ -200,6 +200,7 @@ def test_squares_of_a_wide_span_are_refused():
 
 # --------------------------------------------------------------------- Spark twin
 
+
 @pytest.fixture(scope="module")
 def twins(spark):
     from dpcurator.backends import SparkBackend

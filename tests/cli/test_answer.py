@@ -318,9 +318,12 @@ def test_objective_help_says_per_table_is_the_default(capsys) -> None:
 @pytest.mark.parametrize(
     "data,schema,workload,extra",
     [
-        (ROOT / "examples" / "marketing" / "conversions.csv",
-         ROOT / "examples" / "marketing" / "schema.json",
-         ROOT / "examples" / "marketing" / "workload.txt", []),
+        (
+            ROOT / "examples" / "marketing" / "conversions.csv",
+            ROOT / "examples" / "marketing" / "schema.json",
+            ROOT / "examples" / "marketing" / "workload.txt",
+            [],
+        ),
         (SAMPLE, SCHEMA, ROOT / "examples" / "adult" / "workload.txt", ["--allocation", "uniform"]),
     ],
 )
@@ -330,15 +333,29 @@ def test_the_guarantee_and_the_spent_budget_are_one_figure(
     # exactly 199999/200000 and 999999/1000000 at the worst point: printed 0.999996 and
     # 1 beside "spent 0.999995" and "spent 0.999999" when the guarantee was a float
     ledger = tmp_path / "l.db"
-    argv = ["answer", "--data", data, "--schema", schema, "--workload", workload,
-            "--epsilon", 1, "--ledger", ledger, "--out", tmp_path / "a.csv", *extra]
+    argv = [
+        "answer",
+        "--data",
+        data,
+        "--schema",
+        schema,
+        "--workload",
+        workload,
+        "--epsilon",
+        1,
+        "--ledger",
+        ledger,
+        "--out",
+        tmp_path / "a.csv",
+        *extra,
+    ]
     code, out, err = run(capsys, *argv)
     assert code == 0, err
     guarantee = next(ln for ln in out.splitlines() if ln.startswith("guarantee:"))
     spent = next(ln for ln in out.splitlines() if ln.startswith("remaining:"))
     shown = guarantee.split()[1].removesuffix("-DP")
     assert f"(spent {shown})" in spent, (guarantee, spent)
-    code, out, err = run(capsys, *argv[:-2 - len(extra)], "--json", "--ledger", ":memory:", *extra)
+    code, out, err = run(capsys, *argv[: -2 - len(extra)], "--json", "--ledger", ":memory:", *extra)
     d = json.loads(out)
     assert d["guarantee"]["total_exact"] == d["ledger"]["spent_exact"]
 

@@ -109,11 +109,15 @@ def test_demo_readable(capsys, tmp_path) -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     import re
 
-    tables, cells = re.search(r"a workload of (\d+) marginal tables \(([\d,]+) cells\)", readme).groups()
+    tables, cells = re.search(
+        r"a workload of (\d+) marginal tables \(([\d,]+) cells\)", readme
+    ).groups()
     assert f"{tables} marginal tables, {cells} cells" in text
     assert re.search(r"^Released \(\*\): the \w+ strategy", text, re.M)
     assert "the strategy released" in readme
-    assert re.search(r"^One released table, marginal\(sex, income\), .* with 95% intervals:$", text, re.M)
+    assert re.search(
+        r"^One released table, marginal\(sex, income\), .* with 95% intervals:$", text, re.M
+    )
     # the figures are the planner's, each rounded up (never shown smaller than it is)
     from dpcurator.planner import compare_objectives, make_plan, strategy_errors
     from dpcurator.privacy import PureDP
@@ -124,7 +128,9 @@ def test_demo_readable(capsys, tmp_path) -> None:
         Schema.load(ROOT / "examples" / "adult" / "schema.json"),
     )
     plan = make_plan(wl.queries, wl.weights, PureDP(1.0))
-    assert d_plan_total == f"{amount(Fraction(plan.guarantee.to_dict()['total_exact']), up=True)}-DP"
+    assert (
+        d_plan_total == f"{amount(Fraction(plan.guarantee.to_dict()['total_exact']), up=True)}-DP"
+    )
     line = next(q.line for q in plan.queries if q.text.startswith("sex = 'Female' AND income"))
     for name, e in zip(SPLITS, compare_objectives(plan) + strategy_errors(plan), strict=True):
         shown = [_number(x) for x in rows[name][1]]

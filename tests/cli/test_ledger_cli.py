@@ -154,10 +154,21 @@ def test_no_ledger_command_leaves_a_journal_file(tmp_path: Path, capsys) -> None
     root = Path(__file__).resolve().parents[2]
     ledger = tmp_path / "l.db"
     commands = [
-        ["answer", "--data", root / "examples" / "data" / "adult-sample.csv", "--schema",
-         root / "examples" / "adult" / "schema.json", "--workload",
-         root / "examples" / "adult" / "mixture.txt", "--epsilon", "1", "--ledger", ledger,
-         "--out", tmp_path / "a.csv"],
+        [
+            "answer",
+            "--data",
+            root / "examples" / "data" / "adult-sample.csv",
+            "--schema",
+            root / "examples" / "adult" / "schema.json",
+            "--workload",
+            root / "examples" / "adult" / "mixture.txt",
+            "--epsilon",
+            "1",
+            "--ledger",
+            ledger,
+            "--out",
+            tmp_path / "a.csv",
+        ],
         ["ledger", "show", ledger, "--query", "age < 30"],
         ["ledger", "history", ledger],
         ["analysts", "add", "ann", "--ledger", ledger, "--quota", "0.1"],

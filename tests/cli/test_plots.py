@@ -131,6 +131,8 @@ def test_differing_costs_get_their_panel() -> None:
         assert len(heights) == 8 and max(heights) > 2 * min(heights)
         # the answer command's legend: total E|error| as its summary prints it
         labels = [ln.get_label() for ln in fig.axes[1].lines]
-        assert any(lb.endswith(f"total E|error| {plan.expected_abs['uniform']:,.1f}") for lb in labels)
+        assert any(
+            lb.endswith(f"total E|error| {plan.expected_abs['uniform']:,.1f}") for lb in labels
+        )
     finally:
         plt.close(fig)

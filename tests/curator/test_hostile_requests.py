@@ -451,6 +451,7 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
 
 def test_request_limits_are_per_curator_and_checked_before_building(people):
     from dpcurator.curator.requests import RequestLimits
+
     data, schema, _ = people
     with Curator.open(
         data=data, schema=schema, budget=ONE, limits=RequestLimits(max_cells=50, max_queries=120)
@@ -470,7 +471,10 @@ def test_request_limits_are_per_curator_and_checked_before_building(people):
     with Curator.open(
         data=data, schema=schema, budget=ONE, limits=RequestLimits(max_charges=10)
     ) as c:
-        with pytest.raises(TooLarge, match="11 queries would write as many ledger rows, over the limit max_charges = 10"):
+        with pytest.raises(
+            TooLarge,
+            match="11 queries would write as many ledger rows, over the limit max_charges = 10",
+        ):
             c.release(["age < 3"] * 11, [0.001] * 11)
         assert c.history() == []
         c.release(["age < 3"] * 10, [0.001] * 10)

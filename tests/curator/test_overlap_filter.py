@@ -67,7 +67,9 @@ def test_adaptive_adversary_never_pushes_a_point_past_the_budget(requests, budge
         # Refused exactly when some covered point would pass the budget.
         assert d.admitted == brute_ok
         # The fast bound never understates: exact <= bound.
-        assert f.spent_on("t", q).value <= f.quick_local("t", q, refine=True) <= f.quick_local("t", q)
+        assert (
+            f.spent_on("t", q).value <= f.quick_local("t", q, refine=True) <= f.quick_local("t", q)
+        )
         if d.admitted:
             f.add(Charge(i, "t", None, q, c, d.level))
             for x in covered:

@@ -96,6 +96,42 @@ def test_release_records_and_reconstructs(curator, frame, workload, strategy):
     assert all(a.variance > 0 and a.half_width > 0 for a in answers)
 
 
+def test_a_hierarchy_is_charged_on_each_nodes_points(tmp_path):
+    """All ranges of 40 ages: the two-level hierarchy (blocks and their segments at costs
+    of their own) is charged on each measurement's region only; the curator's exact
+    remaining budget is what the worst point spent, never the sum of the charges."""
+    schema = Schema.from_dict(
+        {"attributes": [{"name": "age", "type": "integer", "min": 0, "max": 39}]}
+    )
+    frame = pd.DataFrame({"age": np.random.default_rng(2).integers(0, 40, 500)})
+    text = "\n".join(f"age BETWEEN {a} AND {b}" for a in range(40) for b in range(a, 40))
+    with Curator.open(
+        frame,
+        schema,
+        budget=PureDP(2.0),
+        ledger=tmp_path / "l.db",
+        rng=SeededRandomSource(4),
+        allow_insecure=True,
+    ) as cur:
+        plan, answers = cur.release_workload(text, epsilon=1.0, objective="total")
+        sp = plan.strategy
+        assert plan.strategy_name == "tree" and any(m.region for m in sp.measurements)
+        hist = cur.history()
+        assert [h.request for h in hist] == [m.label for m in sp.measurements]
+        regions = [Query.from_coverages(schema, dict(m.region)) for m in sp.measurements]
+        spent = [
+            sum(h.cost for h, r in zip(hist, regions, strict=True) if r.covers({"age": age}))
+            for age in range(40)
+        ]
+        assert max(spent) <= 1.0 < sum(h.cost for h in hist)
+        assert cur.remaining() == pytest.approx(2.0 - max(spent), abs=1e-6)
+        for age in (0, 20):  # a point charged only by its segments; one inside a block
+            left = cur.remaining(f"age = {age}")
+            assert left == pytest.approx(2.0 - spent[age], abs=1e-6)
+        noisy = [list(h.answer["cells"].values()) for h in hist]
+        np.testing.assert_allclose(sp.reconstruct(noisy), [a.value for a in answers])
+
+
 def test_marginals_answers_are_consistent(curator):
     _, answers = curator.release_workload(MARGINALS, epsilon=0.5, strategy="marginals")
     by = {a.query: a.value for a in answers}

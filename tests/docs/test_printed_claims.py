@@ -187,7 +187,10 @@ def matches(shown: str, real: str) -> bool:
     a, b = fields(shown), fields(real)
     if len(a) != len(b):
         return False
-    return all(y.startswith(x[:-3].rstrip()) if x.endswith("...") else x == y for x, y in zip(a, b, strict=True))
+    return all(
+        y.startswith(x[:-3].rstrip()) if x.endswith("...") else x == y
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def test_accounting_shows_the_real_account_output(tmp_path: Path) -> None:
@@ -197,7 +200,9 @@ def test_accounting_shows_the_real_account_output(tmp_path: Path) -> None:
     for line in shown:
         if line.strip() == "...":
             break
-        while i < len(real) and not (matches(line, real[i]) if line.strip() else not real[i].strip()):
+        while i < len(real) and not (
+            matches(line, real[i]) if line.strip() else not real[i].strip()
+        ):
             i += 1
         assert i < len(real), f"not in the real output: {line!r}\n" + "\n".join(real)
         i += 1
@@ -249,7 +254,11 @@ def test_service_api_examples_are_the_demos_answers(tmp_path: Path) -> None:
                 break
         url = lines[-1].split()[-1]
         (token,) = {t for ln in lines for t in TOKEN.findall(ln)}
-        variables = {"H": f"Authorization: Bearer {token}", "J": "Content-Type: application/json", "U": url}
+        variables = {
+            "H": f"Authorization: Bearer {token}",
+            "J": "Content-Type: application/json",
+            "U": url,
+        }
         blocks = list(re.finditer(r"```(\w*)\n(.*?)```", text, re.S))
         # the errors section shows what the later examples leave: it runs last
         errors = text.index("### Errors")
@@ -301,18 +310,34 @@ def test_backends_shows_the_real_load_error(tmp_path: Path, monkeypatch) -> None
     for i in range(1, 21):
         age = {12: "200", 15: "5", 18: "300"}.get(i, "30")
         sex = "Other" if i == 16 else "Male"
-        values = {"age": age, "sex": sex, "workclass": "Private", "education": "HS-grad",
-                  "education-num": "9", "marital-status": "Never-married",
-                  "occupation": "Sales", "relationship": "Unmarried", "race": "White",
-                  "hours-per-week": "40", "native-country": "Cuba", "income": "<=50K",
-                  "fnlwgt": "1", "capital-gain": "0", "capital-loss": "0"}
+        values = {
+            "age": age,
+            "sex": sex,
+            "workclass": "Private",
+            "education": "HS-grad",
+            "education-num": "9",
+            "marital-status": "Never-married",
+            "occupation": "Sales",
+            "relationship": "Unmarried",
+            "race": "White",
+            "hours-per-week": "40",
+            "native-country": "Cuba",
+            "income": "<=50K",
+            "fnlwgt": "1",
+            "capital-gain": "0",
+            "capital-loss": "0",
+        }
         rows.append(", ".join(values[c] for c in columns))
     data = tmp_path / "adult.data"
     data.write_text("\n".join(rows) + "\n")
     monkeypatch.chdir(tmp_path)  # the message names the file as it was given
     with pytest.raises(DataError) as err:
-        load_table("adult.data", ROOT / "examples" / "adult" / "schema.json", separator=", ",
-                   columns=columns)
+        load_table(
+            "adult.data",
+            ROOT / "examples" / "adult" / "schema.json",
+            separator=", ",
+            columns=columns,
+        )
     assert str(err.value) == shown_text
 
 
@@ -329,9 +354,16 @@ def test_curator_shows_the_real_tamper_message(tmp_path: Path) -> None:
     led = Ledger(path, {"budget": "PureDP(1)", "tables": {"t": {}}})
     for i in range(20):
         with led.transaction():
-            led.insert_charge(analyst=None, table="t", kind="count", request=f"a < {i}",
-                              coverage={"a": [[0, i + 1]]}, cost=Fraction(1, 100),
-                              level=Fraction(i + 1, 100), noise="discrete_laplace(100)")
+            led.insert_charge(
+                analyst=None,
+                table="t",
+                kind="count",
+                request=f"a < {i}",
+                coverage={"a": [[0, i + 1]]},
+                cost=Fraction(1, 100),
+                level=Fraction(i + 1, 100),
+                noise="discrete_laplace(100)",
+            )
     led.close()
     db = sqlite3.connect(path)
     db.execute("UPDATE charges SET cost = '1/200' WHERE id = 17")
@@ -344,12 +376,25 @@ def test_curator_shows_the_real_tamper_message(tmp_path: Path) -> None:
 
 def test_overlap_json_example_is_real(tmp_path: Path, capsys) -> None:
     text = (ROOT / "docs" / "overlap.md").read_text()
-    shown = re.search(r"for the workload\n`(.*?)`, `(.*?)`, `(.*?)`:\n\n```json\n(.*?)```", text, re.S)
+    shown = re.search(
+        r"for the workload\n`(.*?)`, `(.*?)`, `(.*?)`:\n\n```json\n(.*?)```", text, re.S
+    )
     assert shown is not None
     w = tmp_path / "w.txt"
     w.write_text("\n".join(shown.groups()[:3]) + "\n")
-    assert main(["overlap", "--schema", str(ROOT / "examples" / "adult" / "schema.json"),
-                 "--workload", str(w), "--json"]) == 0
+    assert (
+        main(
+            [
+                "overlap",
+                "--schema",
+                str(ROOT / "examples" / "adult" / "schema.json"),
+                "--workload",
+                str(w),
+                "--json",
+            ]
+        )
+        == 0
+    )
     real = capsys.readouterr().out
     assert subsequence(pairs(shown.group(4)), pairs(real)), real
     assert str(json.loads(real)["witness_queries"]) in shown.group(4)
@@ -364,7 +409,9 @@ def test_mixture_says_what_each_objective_does() -> None:
     from dpcurator.queries import Schema, parse_workload
 
     path = ROOT / "examples" / "adult" / "mixture.txt"
-    comment = " ".join(ln.lstrip("# ") for ln in path.read_text().splitlines() if ln.startswith("#"))
+    comment = " ".join(
+        ln.lstrip("# ") for ln in path.read_text().splitlines() if ln.startswith("#")
+    )
     wl = parse_workload(path, Schema.load(ROOT / "examples" / "adult" / "schema.json"))
     assert "gamma = 8" in comment
     per_table = make_plan(wl.queries, wl.weights, PureDP(1.0), compare=False)
@@ -374,7 +421,9 @@ def test_mixture_says_what_each_objective_does() -> None:
     lines = path.read_text().splitlines()
     line_of = {lines[n - 1].strip(): n for n in by_line}
     big = re.search(r"marginal\(native-country, race\): ([\d.]+) times", comment)
-    small = re.search(r"the total ([\d.]+) times", comment) or re.search(r"\(total: ([\d.]+) times\)", comment)
+    small = re.search(r"the total ([\d.]+) times", comment) or re.search(
+        r"\(total: ([\d.]+) times\)", comment
+    )
     assert big and small
     assert round(by_line[line_of["marginal(native-country, race)"]], 1) == float(big.group(1))
     assert round(by_line[line_of["total"]], 1) == float(small.group(1))
@@ -383,10 +432,23 @@ def test_mixture_says_what_each_objective_does() -> None:
 def test_marketing_workload_says_its_gamma_and_size(capsys) -> None:
     folder = ROOT / "examples" / "marketing"
     comment = (folder / "workload.txt").read_text()
-    claim = re.search(r"gamma = (\d+) however many cells, instead of t = (\d+)", comment.replace("\n# ", " "))
+    claim = re.search(
+        r"gamma = (\d+) however many cells, instead of t = (\d+)", comment.replace("\n# ", " ")
+    )
     assert claim is not None
-    assert main(["overlap", "--schema", str(folder / "schema.json"), "--workload",
-                 str(folder / "workload.txt"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "overlap",
+                "--schema",
+                str(folder / "schema.json"),
+                "--workload",
+                str(folder / "workload.txt"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert (d["gamma"], d["queries"]) == (int(claim.group(1)), int(claim.group(2)))
 
@@ -402,6 +464,17 @@ def test_the_shipped_data_and_workloads_are_as_described(capsys) -> None:
     marginals = ROOT / "examples" / "adult" / "marginals.txt"
     claim = re.search(r"gamma = (\d+) whatever", marginals.read_text())
     assert claim is not None
-    assert main(["overlap", "--schema", str(ROOT / "examples" / "adult" / "schema.json"),
-                 "--workload", str(marginals), "--json"]) == 0
+    assert (
+        main(
+            [
+                "overlap",
+                "--schema",
+                str(ROOT / "examples" / "adult" / "schema.json"),
+                "--workload",
+                str(marginals),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["gamma"] == int(claim.group(1))

@@ -119,7 +119,9 @@ def check_claims(printed: list[tuple[str, str]], started: list[str]) -> None:
         assert re.search(rf"^  [ *] {allocation} ", summary, re.M), allocation
     # "remaining_exact": "...", and the guarantee that is exactly what was spent
     remaining = re.search(r'`"remaining_exact": "([^"]+)"`', text).group(1)
-    shown = json.loads(output_of(printed, "dpcurator ledger show visits.db --json").splitlines()[-1])
+    shown = json.loads(
+        output_of(printed, "dpcurator ledger show visits.db --json").splitlines()[-1]
+    )
     assert shown["remaining_exact"] == remaining
     claimed = re.search(r"the release's guarantee, ([\d.]+)-DP", text).group(1)
     assert f"guarantee:    {claimed}-DP" in summary and f"(spent {claimed})" in summary

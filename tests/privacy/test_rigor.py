@@ -529,4 +529,3 @@ def test_optimal_epsilon_at_huge_k_holds_exactly(eps, n, target):
     assert kov33_upper(high(eps), mpf(0), n, low(out)) <= low(target)
     if target >= 1e-9:  # and it is tight
         assert kov33_lower(mpf(eps), mpf(0), n, mpf(out) * (1 - mpf("1e-9"))) > mpf(target)
-

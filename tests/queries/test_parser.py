@@ -74,7 +74,7 @@ def test_conjunction_intersects_and_or_within_attribute() -> None:
         ("sex = 'Other'", "column 7: value 'Other' is not in the domain of 'sex'"),
         ("sex < 'Male'", "column 5: range < on unordered categorical 'sex'"),
         ("sex BETWEEN 'Female' AND 'Male'", "range BETWEEN on unordered categorical 'sex'"),
-        ("sex = \"Male\"", "column 7: use single quotes for values: 'Male'"),
+        ('sex = "Male"', "column 7: use single quotes for values: 'Male'"),
         ("sex = 'Mael'", "value 'Mael' is not in the domain of 'sex'; did you mean 'Male'?"),
         ("agee = 30", "did you mean 'age'?"),
         ("sex LIKE 'M%'", "LIKE is not a predicate over single columns"),

@@ -59,7 +59,10 @@ def hard_tables(tmp: Path, *, filled: int) -> tuple[Path, str]:
         json.dumps({"attributes": [{"name": "x", "type": "integer", "min": 0, "max": 9}]})
     )
     ledger = tmp / "ledger.db"
-    tables = {"hard": (tmp / "hard.csv", tmp / "hard.json"), "easy": (tmp / "easy.csv", tmp / "easy.json")}
+    tables = {
+        "hard": (tmp / "hard.csv", tmp / "hard.json"),
+        "easy": (tmp / "easy.csv", tmp / "easy.json"),
+    }
     rng = random.Random(1)
     with Curator.open(tables=tables, budget=PureDP(100.0), ledger=ledger) as c:
         for start in range(0, filled, 10):  # each batch gets the solver's time of its own
@@ -100,7 +103,11 @@ def test_no_request_outlives_its_deadline_and_a_flood_leaves_others_served(tmp_p
             with s.http(who) as c:
                 while not stop.is_set():
                     if rng.random() < 0.2:
-                        body = {"queries": [conjunction(rng) for _ in range(300)], "costs": [1.0] * 300, "table": "hard"}
+                        body = {
+                            "queries": [conjunction(rng) for _ in range(300)],
+                            "costs": [1.0] * 300,
+                            "table": "hard",
+                        }
                         hard.append((*post(c, "/v1/release", body), "batch"))
                     else:
                         body = {"query": hard_or(rng), "epsilon": 1.0, "table": "hard"}
@@ -112,7 +119,10 @@ def test_no_request_outlives_its_deadline_and_a_flood_leaves_others_served(tmp_p
                 i = 0
                 while not stop.is_set():
                     t0 = time.perf_counter()
-                    r = c.post("/v1/count", json={"query": f"x = {i % 10}", "epsilon": 0.001, "table": "easy"})
+                    r = c.post(
+                        "/v1/count",
+                        json={"query": f"x = {i % 10}", "epsilon": 0.001, "table": "easy"},
+                    )
                     light.append(time.perf_counter() - t0)
                     if r.status_code != 200:
                         refused.append(r.text)
@@ -160,7 +170,10 @@ def test_what_a_request_sends_never_makes_a_500(tmp_path):
                     ("/v1/count", {"query": "age < 3", "epsilon": 0.1, "table": text}),
                     ("/v1/histogram", {"attribute": text, "epsilon": 0.1}),
                     ("/v1/marginal", {"attributes": ["sex", text], "epsilon": 0.1}),
-                    ("/v1/sum", {"attribute": "age", "lower": 0, "upper": 9, "where": text, "epsilon": 0.1}),
+                    (
+                        "/v1/sum",
+                        {"attribute": "age", "lower": 0, "upper": 9, "where": text, "epsilon": 0.1},
+                    ),
                     ("/v1/release", {"workload": f"histogram({text})", "epsilon": 0.1}),
                     ("/v1/release", {"queries": [text], "costs": [0.1]}),
                     ("/v1/estimate", {"kind": "count", "query": text, "epsilon": 0.1}),
@@ -170,7 +183,10 @@ def test_what_a_request_sends_never_makes_a_500(tmp_path):
                     r = c.post(path, content=raw, headers={"Content-Type": "application/json"})
                     assert 400 <= r.status_code < 500, (path, text, r.status_code, r.text)
                     assert_error(r, r.status_code)
-                r = c.get("/v1/budget", params={"query": text.encode("utf-8", "surrogatepass").decode("latin-1")})
+                r = c.get(
+                    "/v1/budget",
+                    params={"query": text.encode("utf-8", "surrogatepass").decode("latin-1")},
+                )
                 assert 400 <= r.status_code < 500 or r.status_code == 200, r.text
         assert s.charges() == before
 
@@ -179,7 +195,9 @@ def test_a_ledger_removed_or_replaced_under_the_server_is_a_503_and_charges_noth
     with running(tmp_path) as s:
         s.add("alice")
         with s.http("alice") as c:
-            assert c.post("/v1/count", json={"query": "age < 30", "epsilon": 0.1}).status_code == 200
+            assert (
+                c.post("/v1/count", json={"query": "age < 30", "epsilon": 0.1}).status_code == 200
+            )
             n = charges_in(s.ledger)
             copy = tmp_path / "copy.db"
             shutil.copy(s.ledger, copy)
@@ -216,10 +234,20 @@ def test_an_immutable_ledger_is_a_503(tmp_path):
 
 def test_sigterm_mid_batch_stops_the_server_quickly_and_commits_nothing_half_done(tmp_path):
     ledger, config = hard_tables(tmp_path, filled=0)
-    with running(tmp_path, ledger=ledger, config=config + "[server]\nmax_queries = 100000\nmax_charges = 100000\n", data=False, budget=()) as s:
+    with running(
+        tmp_path,
+        ledger=ledger,
+        config=config + "[server]\nmax_queries = 100000\nmax_charges = 100000\n",
+        data=False,
+        budget=(),
+    ) as s:
         s.add("a")
         rng = random.Random(5)
-        body = {"queries": [conjunction(rng) for _ in range(3000)], "costs": [0.01] * 3000, "table": "hard"}
+        body = {
+            "queries": [conjunction(rng) for _ in range(3000)],
+            "costs": [0.01] * 3000,
+            "table": "hard",
+        }
         got: list[int] = []
 
         def send() -> None:

@@ -74,10 +74,14 @@ def test_the_same_bins_are_the_same_cells_everywhere(files, tmp_path: Path, caps
                 assert [a.query for a in here.cells] == cells
                 assert [a.query for a in there.cells] == cells
                 assert there.request == here.request
-                assert client.estimate("histogram", attribute=attribute, bins=bins, epsilon=1).cells == len(cells)
+                assert client.estimate(
+                    "histogram", attribute=attribute, bins=bins, epsilon=1
+                ).cells == len(cells)
                 # the missing value's cell is counted and charged: the counts add up
                 # to every row
-                assert sum(a.value for a in cur.histogram(attribute, bins, epsilon=100).cells) == pytest.approx(300, abs=5)
+                assert sum(
+                    a.value for a in cur.histogram(attribute, bins, epsilon=100).cells
+                ) == pytest.approx(300, abs=5)
             for bins, words in BAD:
                 with pytest.raises(WorkloadError) as line:
                     workload_cells("age", bins)
@@ -102,8 +106,20 @@ def test_the_same_bins_are_the_same_cells_everywhere(files, tmp_path: Path, caps
 def answer(data: Path, schema: Path, folder: Path, line: str, capsys, code: int = 0):
     w = folder / "w.txt"
     w.write_text(line + "\n")
-    argv = ["answer", "--data", data, "--schema", schema, "--workload", w,
-            "--epsilon", "1", "--ledger", ":memory:", "--json"]
+    argv = [
+        "answer",
+        "--data",
+        data,
+        "--schema",
+        schema,
+        "--workload",
+        w,
+        "--epsilon",
+        "1",
+        "--ledger",
+        ":memory:",
+        "--json",
+    ]
     assert main([str(a) for a in argv]) == code
     out, err = capsys.readouterr()
     return json.loads(out) if code == 0 else err

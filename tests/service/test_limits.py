@@ -103,8 +103,16 @@ def test_the_client_waits_the_retry_after_it_is_sent(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "kw", [{"retry": "yes"}, {"retry": 1}, {"max_wait": -1}, {"max_wait": float("nan")},
-           {"max_wait": float("inf")}, {"max_wait": "10"}, {"max_wait": True}],
+    "kw",
+    [
+        {"retry": "yes"},
+        {"retry": 1},
+        {"max_wait": -1},
+        {"max_wait": float("nan")},
+        {"max_wait": float("inf")},
+        {"max_wait": "10"},
+        {"max_wait": True},
+    ],
 )
 def test_bad_retry_settings_are_one_line_errors(kw: dict) -> None:
     from dpcurator.client import Client
@@ -112,7 +120,9 @@ def test_bad_retry_settings_are_one_line_errors(kw: dict) -> None:
 
     with pytest.raises(InvalidParameter) as err:
         Client("http://127.0.0.1:9", "dpc_x", **kw)
-    assert "\n" not in str(err.value) and ("retry" in str(err.value) or "max_wait" in str(err.value))
+    assert "\n" not in str(err.value) and (
+        "retry" in str(err.value) or "max_wait" in str(err.value)
+    )
 
 
 def test_a_small_body_limit_from_the_config(tmp_path: Path) -> None:

@@ -414,26 +414,66 @@ def test_a_4xx_says_what_to_change(server: Server) -> None:
     of the broken JSON), what it must be and what was sent; nothing is charged."""
     before = server.charges()
     cases = [
-        ("/v1/histogram", b'{"attribute": "age",\n "bins": [1, 2,]}', "invalid_request",
-         ["not valid JSON at line 2, column 16", "expecting value", "one JSON object"]),
-        ("/v1/count", b"", "invalid_request",
-         ["the body is empty", "query", "epsilon", "rho", "mu", "table"]),
-        ("/v1/histogram", b"", "invalid_request",
-         ["the body is empty", "attribute (required)", "bins", "where"]),
-        ("/v1/histogram", b"[1, 2]", "invalid_request",
-         ["must be a JSON object", "attribute (required)", "got a list"]),
-        ("/v1/histogram", b'{"epsilon": 0.1}', "invalid_query",
-         ["attribute: a required field is missing", "attribute (required), bins"]),
-        ("/v1/count", b'{"query": "age < 3", "epsilon": 0.1, "epsilo": 1}', "invalid_request",
-         ["epsilo: unknown field", "query, epsilon, rho, mu, table"]),
-        ("/v1/histogram", b'{"attribute": "age", "bins": [1, "x"]}', "invalid_request",
-         ["bins[1]: must be an integer, got the text 'x'"]),
-        ("/v1/count", b'{"query": 3, "epsilon": 0.1}', "invalid_query",
-         ["query: must be text, got the number 3"]),
-        ("/v1/count", b'{"query": "age < 3", "epsilon": "0.1"}', "invalid_request",
-         ["epsilon: must be a number, got the text '0.1'"]),
-        ("/v1/release", b'{"workload": "total", "epsilon": 1, "allocation": "best"}',
-         "invalid_request", ["allocation: must be 'sequential', 'uniform' or 'optimal'"]),
+        (
+            "/v1/histogram",
+            b'{"attribute": "age",\n "bins": [1, 2,]}',
+            "invalid_request",
+            ["not valid JSON at line 2, column 16", "expecting value", "one JSON object"],
+        ),
+        (
+            "/v1/count",
+            b"",
+            "invalid_request",
+            ["the body is empty", "query", "epsilon", "rho", "mu", "table"],
+        ),
+        (
+            "/v1/histogram",
+            b"",
+            "invalid_request",
+            ["the body is empty", "attribute (required)", "bins", "where"],
+        ),
+        (
+            "/v1/histogram",
+            b"[1, 2]",
+            "invalid_request",
+            ["must be a JSON object", "attribute (required)", "got a list"],
+        ),
+        (
+            "/v1/histogram",
+            b'{"epsilon": 0.1}',
+            "invalid_query",
+            ["attribute: a required field is missing", "attribute (required), bins"],
+        ),
+        (
+            "/v1/count",
+            b'{"query": "age < 3", "epsilon": 0.1, "epsilo": 1}',
+            "invalid_request",
+            ["epsilo: unknown field", "query, epsilon, rho, mu, table"],
+        ),
+        (
+            "/v1/histogram",
+            b'{"attribute": "age", "bins": [1, "x"]}',
+            "invalid_request",
+            ["bins[1]: must be an integer, got the text 'x'"],
+        ),
+        (
+            "/v1/count",
+            b'{"query": 3, "epsilon": 0.1}',
+            "invalid_query",
+            ["query: must be text, got the number 3"],
+        ),
+        (
+            "/v1/count",
+            b'{"query": "age < 3", "epsilon": "0.1"}',
+            "invalid_request",
+            ["epsilon: must be a number, got the text '0.1'"],
+        ),
+        (
+            "/v1/release",
+            b'{"workload": "total", "epsilon": 1, "allocation": "best"}',
+            "invalid_request",
+            ["allocation: must be 'sequential', 'uniform' or 'optimal'"],
+        ),
     ]
     with server.http("alice", headers={"Content-Type": "application/json"}) as h:
         for path, body, reason, parts in cases:

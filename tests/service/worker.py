@@ -34,7 +34,9 @@ def main(argv: list[str]) -> int:
         except DpCuratorError as err:
             print(json.dumps({"error": type(err).__name__, "message": str(err)}), flush=True)
             break
-        print(json.dumps({"charge_id": a.charge_id, "query": a.query, "value": a.value}), flush=True)
+        print(
+            json.dumps({"charge_id": a.charge_id, "query": a.query, "value": a.value}), flush=True
+        )
     return 0
 
 

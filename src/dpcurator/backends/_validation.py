@@ -186,8 +186,7 @@ def check_load_options(
             raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
         if isinstance(attr.missing, int) and not INT64[0] <= attr.missing <= INT64[1]:
             raise InvalidParameter(
-                f"attribute {attr.name!r}: its missing value {attr.missing} exceeds 64-bit "
-                "integers"
+                f"attribute {attr.name!r}: its missing value {attr.missing} exceeds 64-bit integers"
             )
     return LoadOptions(
         schema=schema,
@@ -242,7 +241,7 @@ def invalid_message(
     if was_missing and attr.missing is None:  # and the schema does not allow one
         example = f"{attr.min - 1}" if attr.type == "integer" else '"?"'
         msg += (
-            f"; if {attr.name!r} may be missing, say so in the schema (\"missing\": "
+            f'; if {attr.name!r} may be missing, say so in the schema ("missing": '
             f"{example}): blank and NULL cells then load as that value"
         )
     if len(bad) > 1:

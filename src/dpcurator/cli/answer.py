@@ -271,10 +271,7 @@ def print_summary(d: dict[str, Any], stream) -> None:
                 f"expected error ({d.get('objective') or 'objective'}), planned in "
                 f"{c['seconds']:.2f} s"
             )
-    p(
-        f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst "
-        "point]"
-    )
+    p(f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst point]")
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
     direct = d.get("strategy", "direct") == "direct"

@@ -148,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
     _print_splits(splits, plan, line, tables, t)
     print()
     g = plan.guarantee
-    print(f"Guarantee: {guarantee_text(g.to_dict())} ({g.worst_queries} queries at the worst point)")
+    print(
+        f"Guarantee: {guarantee_text(g.to_dict())} ({g.worst_queries} queries at the worst point)"
+    )
     print(f"  {g.theorem}")
     print()
     if show and plan.strategy is not None:
@@ -205,6 +207,7 @@ def _released(e, plan) -> bool:
 def _print_splits(splits, plan, line: int | None, tables: int, t: int) -> None:
     """The headline: what each way of splitting the budget costs, in expected error."""
     from dpcurator.cli import output
+
     by = {e.label: e for e in splits}
     print(
         "How each way of splitting the budget does: the expected errors of the noisy counts "

@@ -233,4 +233,3 @@ def error_figure(x: float, digits: int = 3) -> str:
         m = r.scaleb(-r.adjusted())
         return f"{m:.{digits - 1}f}e{r.adjusted()}"
     return f"{r:,f}" if r == r.to_integral_value() else f"{r:f}"
-

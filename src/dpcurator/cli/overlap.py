@@ -58,9 +58,7 @@ def run(args: argparse.Namespace) -> int:
     saving = 1 - float(res.value) / sequential if sequential > 0 else 0.0
     weights = None if all(w == 1 for w in workload.weights) else list(workload.weights)
     colouring = (
-        colouring_bound(workload.queries, weights).value
-        if len(workload) <= COLOURING_MAX
-        else None
+        colouring_bound(workload.queries, weights).value if len(workload) <= COLOURING_MAX else None
     )
     if args.json:
         out = {

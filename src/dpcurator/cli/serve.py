@@ -216,7 +216,9 @@ def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[An
         return {"data": (args.data, args.schema, options.load_options(args))}
     tables = _section(cfg, "tables")
     if not tables:
-        raise InvalidParameter("give --data and --schema, a [tables] section in --config, or --demo")
+        raise InvalidParameter(
+            "give --data and --schema, a [tables] section in --config, or --demo"
+        )
     out = {}
     for name, t in tables.items():
         if not isinstance(t, dict) or "data" not in t or "schema" not in t:
@@ -383,7 +385,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             sock.bind((host, port))
         except OSError as err:
-            raise InvalidParameter(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+            raise InvalidParameter(
+                f"cannot listen on {host}:{port}: {err.strerror or err}"
+            ) from None
         sock.listen(128)
         bound = sock.getsockname()[1]
         scheme = "https" if cert else "http"
@@ -395,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"demo: curl -H 'Authorization: Bearer {token}' "
                 "-H 'Content-Type: application/json' "
-                f"-d '{{\"query\": \"age < 30\", \"epsilon\": 0.1}}' "
+                f'-d \'{{"query": "age < 30", "epsilon": 0.1}}\' '
                 f"{url}/v1/count"
             )
         else:

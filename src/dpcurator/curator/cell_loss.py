@@ -126,7 +126,9 @@ def grid_max_loss(
         if name not in schema:
             raise ValueError(f"unknown attribute {name!r}")
         if axis.edges[-1] > schema.attribute(name).size:
-            raise ValueError(f"bin edges of {name!r} leave its {schema.attribute(name).size} values")
+            raise ValueError(
+                f"bin edges of {name!r} leave its {schema.attribute(name).size} values"
+            )
     # Dimensions: the two axes first, then every other attribute some box constrains.
     others = sorted(seen - {rows.attribute, cols.attribute}, key=schema.index)
     names = [rows.attribute, cols.attribute, *others]
@@ -168,8 +170,21 @@ def grid_max_loss(
     hi[:, 1] = np.minimum(hi[:, 1], c1)
     state = {"cells": 0}
     try:
-        _blocks(out, 0, rows.bins, lo, hi, w, rows, cols, sizes, state,
-                block_limit, total_limit, deadline)
+        _blocks(
+            out,
+            0,
+            rows.bins,
+            lo,
+            hi,
+            w,
+            rows,
+            cols,
+            sizes,
+            state,
+            block_limit,
+            total_limit,
+            deadline,
+        )
     except _GiveUp:
         return None
     return out
@@ -214,10 +229,36 @@ def _blocks(
     if cells > block_limit:
         if r1 - r0 > 1:
             mid = (r0 + r1) // 2
-            _blocks(out, r0, mid, lo, hi, w, rows, cols, sizes, state,
-                    block_limit, total_limit, deadline)
-            _blocks(out, mid, r1, lo, hi, w, rows, cols, sizes, state,
-                    block_limit, total_limit, deadline)
+            _blocks(
+                out,
+                r0,
+                mid,
+                lo,
+                hi,
+                w,
+                rows,
+                cols,
+                sizes,
+                state,
+                block_limit,
+                total_limit,
+                deadline,
+            )
+            _blocks(
+                out,
+                mid,
+                r1,
+                lo,
+                hi,
+                w,
+                rows,
+                cols,
+                sizes,
+                state,
+                block_limit,
+                total_limit,
+                deadline,
+            )
             return
         raise _GiveUp
     state["cells"] += cells

@@ -268,7 +268,9 @@ class Curator(StatisticRequests):
             or not isinstance(solver_threads, int)
             or not 1 <= solver_threads <= 64
         ):
-            raise InvalidParameter(f"solver_threads must be an integer in [1, 64], got {solver_threads!r}")
+            raise InvalidParameter(
+                f"solver_threads must be an integer in [1, 64], got {solver_threads!r}"
+            )
         k = 1
         if privacy_unit is not None:
             if (
@@ -933,7 +935,9 @@ class Curator(StatisticRequests):
         if len(wl) == 0:
             raise InvalidParameter("the workload has no queries")
         if len(wl) > limit:
-            raise TooLarge(f"a workload of {len(wl)} queries exceeds the limit max_queries = {limit}")
+            raise TooLarge(
+                f"a workload of {len(wl)} queries exceeds the limit max_queries = {limit}"
+            )
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")
@@ -991,9 +995,10 @@ class Curator(StatisticRequests):
         return plan, answers
 
     def _release_strategy(self, plan: Plan, t: str, analyst: str | None) -> list[DerivedAnswer]:
-        """Charge every measured table of ``plan``'s strategy in one transaction (each
-        partitions the domain: one charge covering every point, like a histogram), count
-        and noise their cells, and derive every asked answer by least squares."""
+        """Charge every measured table of ``plan``'s strategy in one transaction (each on
+        the points of its cells, its region: every point for a table that partitions the
+        domain, like a histogram), count and noise their cells, and derive every asked
+        answer by least squares."""
         from statistics import NormalDist
 
         sp = plan.strategy
@@ -1009,7 +1014,8 @@ class Curator(StatisticRequests):
             if noise != m.noise:  # the planned variances assume exactly this noise
                 raise InvalidParameter(f"internal error: {m.label}: noise differs from the plan")
             qs = [Query.from_coverages(schema, c) for c in m.cells]
-            batch.append(Request(everywhere, cost.amount, "strategy", m.label, str(noise)))
+            region = Query.from_coverages(schema, dict(m.region)) if m.region else everywhere
+            batch.append(Request(region, cost.amount, "strategy", m.label, str(noise)))
             noises.append(noise)
             cells.append(qs)
         if len(batch) > self.limits.max_charges:
@@ -1053,8 +1059,8 @@ class Curator(StatisticRequests):
         charged = self._charge(t, batch, analyst, answers)
         ids = tuple(cid for cid, _ in charged)
         texts = [q.text or "total" for q in plan.queries]
-        # The release's charges cover every point: what is left after it is reported at
-        # the worst point of the table (on any query's points, at least this is left).
+        # What is left after the release is reported at the worst point of the table (on
+        # any query's points, at least this is left).
         left = self._quick_remaining([everywhere], t, analyst)[0].value
         z = NormalDist().inv_cdf(0.975)
         return [

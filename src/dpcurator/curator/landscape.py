@@ -271,7 +271,10 @@ def remaining_grid(
     both = (
         left
         if quota_left is None
-        else [[min(a, b) for a, b in zip(r1, r2, strict=True)] for r1, r2 in zip(left, quota_left, strict=True)]
+        else [
+            [min(a, b) for a, b in zip(r1, r2, strict=True)]
+            for r1, r2 in zip(left, quota_left, strict=True)
+        ]
     )
     return RemainingGrid(
         table=table,

@@ -530,7 +530,9 @@ class OverlapFilter:
         changes."""
         key = (table, analyst)
         cached = self._worst.get(key)
-        if cached is not None and (cached.exact or (at_most is not None and cached.settles(at_most))):
+        if cached is not None and (
+            cached.exact or (at_most is not None and cached.settles(at_most))
+        ):
             return cached
         loss = max_loss(self.charges(table, analyst), time_limit=_left(deadline), at_most=at_most)
         if cached is None or loss.exact or loss.value < cached.value:

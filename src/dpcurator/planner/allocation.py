@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize
 
 from dpcurator.errors import InvalidParameter
+from dpcurator.planner import barrier, cuts
 from dpcurator.planner.budget import PlanBudget
 from dpcurator.queries import OverlapResult, Query, max_overlap
 
@@ -130,54 +130,6 @@ def uniform(
     )
 
 
-class _Dual:
-    """The Lagrangian dual of  min sum_g K_g c_g^-p  s.t.  R c <= 1, c_g <= 1.
-
-    For multipliers (lambda, nu) >= 0, y = R^T lambda + nu and the minimising
-    c_g = (p K_g / y_g)^(1/(p+1)); the dual value is a lower bound on the program.
-    """
-
-    def __init__(self, K: np.ndarray, p: int) -> None:
-        self.K, self.p = K, p
-        # A floor on y: the dual of the program with the tiny extra term sum floor_g c_g,
-        # which keeps c bounded (<= 10^(6/(p+1)) budgets) and the dual smooth. Its value
-        # minus sum(floor) (c <= 1 when feasible) is still a lower bound on the program.
-        self.floor = 1e-6 * p * K
-        self.slack = float(self.floor.sum())
-
-    def primal(self, y: np.ndarray) -> np.ndarray:
-        return (self.p * self.K / (y + self.floor)) ** (1.0 / (self.p + 1))
-
-    def solve(self, R: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        m, G = R.shape
-        K, p = self.K, self.p
-
-        def neg(z):
-            lam, nu = z[:m], z[m:]
-            y = lam @ R + nu
-            c = self.primal(y)
-            val = np.sum(K * c ** (-p)) + np.sum((y + self.floor) * c) - z.sum()
-            grad = np.concatenate([R @ c - 1.0, c - 1.0])
-            return -val, -grad
-
-        with _limits(1):
-            res = self._minimize(neg, start, m + G)
-        z = res.x
-        y = z[:m] @ R + z[m:]
-        return z, self.primal(y), -float(res.fun) - self.slack
-
-    @staticmethod
-    def _minimize(neg, start, n):
-        return minimize(
-            neg,
-            start,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(0.0, None)] * n,
-            options={"maxiter": 20000, "maxfun": 40000, "ftol": 1e-15, "gtol": 1e-12},
-        )
-
-
 def optimal(
     queries: Sequence[Query],
     weights: Sequence[float],
@@ -191,9 +143,14 @@ def optimal(
 ) -> Allocation:
     """Minimise the model total variance subject to gamma_w(costs) <= budget.
 
-    Stops when the relative gap between the best feasible candidate and the dual bound
-    is below ``tolerance``, after ``max_rounds`` cuts, or after ``time_limit`` seconds;
-    the result is always feasible (certified by the overlap solver) and never worse than
+    Cutting planes: solve the program over the point constraints known so far
+    (:mod:`dpcurator.planner.barrier`, which also gives a dual lower bound), find points
+    its solution overloads (:class:`_Separator`), add their constraints, repeat. Every
+    round's solution, scaled by B / gamma_w, is a feasible candidate. Stops when the
+    relative gap between the best candidate and the best dual bound is below
+    ``tolerance``, after ``max_rounds`` rounds, or after ``time_limit`` seconds. The
+    result is always certified feasible by the exact overlap solver (its gamma_w, or a
+    safe upper bound at the time limit, sets the final scale) and never worse than
     ``start`` (the uniform allocation by default).
     """
     t0 = time.monotonic()
@@ -203,81 +160,109 @@ def optimal(
         start = uniform(qs, w, budget, time_limit=time_limit / 4)
     g = groups_of(qs) if groups is None else np.asarray(groups, np.int64)
     G = int(g.max()) + 1 if len(g) else 0
-    if G == 0:
-        return start
-    B = budget.amount * (1 - SAFETY)
-    p, a = budget.exponent, budget.coefficient
-    empty = np.array([q.is_empty for q in qs])
+    empty = np.array([q.is_empty for q in qs], bool)
     live = np.zeros(G, bool)
     np.logical_or.at(live, g, ~empty)
+    if not live.any():
+        return start
+    amount = budget.amount * (1 - SAFETY)
+    p, a = budget.exponent, budget.coefficient
     # K_g in normalised units: c = B * chat, objective sum K_g chat^-p
     Kg = np.zeros(G)
-    np.add.at(Kg, g, w * a / B**p)
-    scale = Kg[live].sum() if live.any() else 1.0
-    K = np.where(live, Kg / scale, 0.0)
-    dual = _Dual(np.where(live, K, 1.0), p)
+    np.add.at(Kg, g, w * a / amount**p)
+    scale = float(Kg[live].sum())
+    K = Kg[live] / scale
 
-    def expand(chat: np.ndarray) -> np.ndarray:
-        return chat[g] * B
+    def per_group(c_live: np.ndarray) -> np.ndarray:
+        out = np.ones(G)  # a group of empty queries covers no point: any cost is free
+        out[live] = c_live
+        return out
 
-    best = start
-    best_obj = _objective(start.costs, w, budget)
+    separate = cuts.Separator(qs, slack=tolerance / (10 * p))
     rows: list[np.ndarray] = []
     seen: set[bytes] = set()
 
-    def add_cut(witness_queries: Sequence[int]) -> bool:
-        row = np.zeros(G)
-        idx = np.asarray(list(witness_queries), np.int64)
-        if len(idx):
-            np.add.at(row, g[idx], 1.0)
-        row[~live] = 0.0
-        key = row.tobytes()
-        if key in seen or not row.any():
-            return False
-        seen.add(key)
-        rows.append(row)
-        return True
+    def add(sets: list[np.ndarray]) -> int:
+        added = 0
+        for cover in sets:
+            row = np.bincount(g[cover & ~empty], minlength=G)[live].astype(float)
+            key = row.tobytes()
+            if row.any() and key not in seen:
+                seen.add(key)
+                rows.append(row)
+                added += 1
+        return added
 
-    res0 = max_overlap(qs, weights=list(map(float, start.costs)), time_limit=time_limit / 4)
-    add_cut(res0.witness_queries)
-    z = np.concatenate([np.full(len(rows), 1.0), np.full(G, 1e-3)])
-    lower = None
+    # The start, per group (its cheapest query: still feasible), gives the first cuts.
+    c_live = np.full(G, np.inf)
+    np.minimum.at(c_live, g, start.costs / amount)
+    c_live = np.minimum(c_live[live], 1.0)
+    left = max(0.5, time_limit - (time.monotonic() - t0))
+    add(separate(per_group(c_live)[g], left, 0.0).sets)
+    best, best_obj = start.costs, _objective(start.costs, w, budget)
+
+    def live_objective(costs: np.ndarray) -> float:
+        return _objective(costs[~empty], w[~empty], budget)
+
+    best_res: OverlapResult | None = None  # the exact result behind ``best``, if known
+    exact_all = start.exact
+    lower: float | None = None
     rounds = 0
     notes: list[str] = []
-    exact_all = start.exact
-    while rounds < max_rounds:
-        rounds += 1
-        R = np.vstack(rows) if rows else np.zeros((0, G))
-        if len(z) < R.shape[0] + G:  # a new cut starts with multiplier 0
-            m_old = len(z) - G
-            z = np.concatenate([z[:m_old], np.zeros(R.shape[0] - m_old), z[m_old:]])
-        z, chat, low = dual.solve(R, z)
-        low_obj = low * scale
-        lower = low_obj if lower is None else max(lower, low_obj)
-        chat = np.where(live, chat, 1.0)
-        costs = expand(chat)
-        left = max(0.5, time_limit - (time.monotonic() - t0))
-        res, gam = _gamma(qs, costs, left)
-        if gam > 0:
-            cand = costs * (budget.amount * (1 - SAFETY) / gam)
-            obj = _objective(cand, w, budget)
-            if obj < best_obj:
-                best = Allocation("optimal", cand, budget.amount * (1 - SAFETY), res.exact)
-                best_obj = obj
-                exact_all = res.exact
-        if best_obj <= lower * (1 + tolerance):
-            break
-        if time.monotonic() - t0 > time_limit:
-            notes.append(f"stopped by the time limit ({time_limit:g} s)")
-            break
-        if not add_cut(res.witness_queries):
-            break  # the solver found no new violated set: done to its accuracy
-    else:
-        notes.append(f"stopped after {max_rounds} rounds")
+    gam, tight, polish = math.inf, tolerance * 1e-3, False
+    with _limits(1):  # small dense solves: threaded BLAS only adds overhead
+        while rounds < max_rounds:
+            rounds += 1
+            R = np.vstack(rows)
+            inside = 0.95 / max(1.0, float((R @ c_live).max()), float(c_live.max()) / 0.95)
+            # Inner accuracy tightens as the solutions get nearly feasible (the last load
+            # gam predicts the candidate's gap, gam^p - 1): early rounds need a direction.
+            inner = tight if polish else min(1e-3, max(tight, 1e-2 * (gam**p - 1)))
+            sol = barrier.solve(K, p, R, c_live * inside, rel_gap=inner)
+            c_live = sol.c
+            low = sol.lower * scale
+            lower = low if lower is None else max(lower, low)
+            left = max(0.5, time_limit - (time.monotonic() - t0))
+            found = separate(per_group(c_live)[g], left, 1.0)
+            gam = found.load
+            # a candidate from a load that is gamma_w (exact, or up to float rounding on
+            # the grid); a clique's load is only a lower bound on it
+            if gam > 0 and (found.result is not None or found.exact_load):
+                cand = per_group(c_live)[g] * (amount / gam)
+                obj = _objective(cand, w, budget)
+                if obj < best_obj:
+                    best, best_obj, best_res = cand, obj, found.result
+            if time.monotonic() - t0 > time_limit:
+                notes.append(f"stopped by the time limit ({time_limit:g} s)")
+                break
+            # Within tolerance, or no new violated point: done, once solved at full
+            # accuracy (the early rounds' loose solves get one more, tight, round).
+            # the gap is the live queries' (an empty query's variance is no part of the
+            # program: it covers no point, so its cost is free and its term unbounded)
+            if live_objective(best) <= lower * (1 + tolerance) or not add(found.sets):
+                if inner <= tight:
+                    break
+                polish = True
+        else:
+            notes.append(f"stopped after {max_rounds} rounds")
+    if best is not start.costs:
+        if best_res is None:  # found on the float grid: certify with the exact solver
+            left = max(0.5, time_limit - (time.monotonic() - t0))
+            best_res, gam = _gamma(qs, best, left)
+            best = best * (amount / gam)
+            best_obj = _objective(best, w, budget)
+        if best_obj < _objective(start.costs, w, budget):
+            exact_all = best_res.exact
+        else:
+            best, best_obj = start.costs, _objective(start.costs, w, budget)
+
+    def live_objective(costs: np.ndarray) -> float:
+        return _objective(costs[~empty], w[~empty], budget)
+
     return Allocation(
         "optimal",
-        best.costs,
-        float(best.load),
+        best,
+        amount if best is not start.costs else float(start.load),
         exact_all,
         rounds,
         lower,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.errors import InvalidParameter
-from dpcurator.planner.allocation import Allocation, allocate
+from dpcurator.planner.allocation import Allocation, allocate, uniform
 from dpcurator.planner.budget import PlanBudget
 from dpcurator.planner.plan import (
     OBJECTIVES,
@@ -135,7 +135,7 @@ def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
     qs, w, budget = plan.queries, plan.weights, plan.budget
     allocs = dict(plan.allocations)
     if "uniform" not in allocs:
-        allocs["uniform"] = allocate("uniform", qs, w, budget, time_limit=time_limit)
+        allocs["uniform"] = uniform(qs, w, budget, time_limit=time_limit, unweighted=plan.overlap)
     if "sequential" not in allocs:
         allocs["sequential"] = allocate("sequential", qs, w, budget)
     groups = groups_of(qs)
@@ -148,7 +148,7 @@ def compare_objectives(plan: Plan, *, time_limit: float = 30.0) -> list[Errors]:
         if o == plan.objective and "optimal" in allocs:
             a = allocs["optimal"]
         else:
-            a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit)
+            a = _optimal_for(o, qs, w, budget, allocs["uniform"], time_limit, plan.overlap)
         out.append(_errors(a, o, budget, groups, lines))
     return out
 
@@ -171,4 +171,3 @@ def strategy_errors(plan: Plan) -> list[Errors]:
             None,
         )
     ]
-

@@ -28,7 +28,7 @@ from dpcurator.planner.strategies import (
 )
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
-from dpcurator.queries import Query, max_overlap
+from dpcurator.queries import OverlapResult, Query, max_overlap
 
 #: What the optimal allocation may minimise (see :func:`make_plan`).
 OBJECTIVES = ("total", "per-table", "max")
@@ -110,6 +110,9 @@ class Plan:
     #: measured at ``values``), and every candidate's figures
     strategy: StrategyPlan | None = None
     candidates: tuple[Candidate, ...] = ()
+    #: the queries' unit-weight maximum overlap (``gamma`` and its witness), kept so that
+    #: other allocations of the same queries need not solve it again
+    overlap: OverlapResult | None = field(default=None, compare=False, repr=False)
 
     @property
     def strategy_name(self) -> str:
@@ -139,7 +142,11 @@ class Plan:
 
 
 def _values(budget: PlanBudget, costs: np.ndarray) -> tuple[float, ...]:
-    return tuple(budget.value(float(c)) for c in costs)
+    """Each cost as charged (rounded down in the budget's unit); a table's cells share
+    one cost, so each distinct cost is rounded once."""
+    distinct, where = np.unique(np.asarray(costs, float), return_inverse=True)
+    rounded = [budget.value(float(c)) for c in distinct]
+    return tuple(rounded[i] for i in np.ravel(where))
 
 
 def _noises(budget: PlanBudget, values: Sequence[float]) -> tuple[Any, ...]:
@@ -474,8 +481,9 @@ def make_plan(
             else []
         )
     )
+    memo: dict[str, Any] = {}
     for name in names:
-        cand, sp = evaluate(name, qs, omega, groups, budget)
+        cand, sp = evaluate(name, qs, omega, groups, budget, memo)
         cands.append(cand)
         if sp is not None:
             plans[name] = sp
@@ -562,10 +570,11 @@ def make_plan(
     if chosen is None:
         fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
     else:
-        total_q = Query(qs[0].schema, ())
         m_values = [m.value for m in chosen.measurements]
         m_noises = [m.noise for m in chosen.measurements]
-        fin = _guarantee([total_q] * len(m_values), budget, m_values, m_noises, time_limit)
+        # each measurement is charged on its region: the worst point over them all
+        regions = [Query.from_coverages(qs[0].schema, dict(m.region)) for m in chosen.measurements]
+        fin = _guarantee(regions, budget, m_values, m_noises, time_limit)
     if not fin.within_budget:  # never: costs are scaled to (1 - 1e-9) and rounded down
         raise InvalidParameter(f"internal error: the plan exceeds its budget ({fin.describe()})")
     alt = None
@@ -593,4 +602,5 @@ def make_plan(
         allocs,
         chosen,
         tuple(cands),
+        g0,
     )

@@ -91,7 +91,9 @@ class Sums:
         for e, _, c in self.runs:
             x = from_rational(e.numerator, e.denominator, _SUM_PREC, round_ceiling)
             growth = mpf_sub(mpf_exp(x, _SUM_PREC, round_ceiling), fone, _SUM_PREC, round_ceiling)
-            term = mpf_mul(mpf_mul(x, growth, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling)
+            term = mpf_mul(
+                mpf_mul(x, growth, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling
+            )
             total = mpf_add(total, term, _SUM_PREC, round_ceiling)
         return Fraction(*to_rational(total))
 
@@ -108,7 +110,9 @@ class Sums:
                 big = mpf_add(mpf_exp(x, _SUM_PREC, round_ceiling), fone, _SUM_PREC, round_ceiling)
                 small = mpf_div(two, big, _SUM_PREC, round_floor)  # 2/(e^x + 1), from below
                 tanh = mpf_sub(fone, small, _SUM_PREC, round_ceiling)
-            term = mpf_mul(mpf_mul(x, tanh, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling)
+            term = mpf_mul(
+                mpf_mul(x, tanh, _SUM_PREC, round_ceiling), from_int(c), _SUM_PREC, round_ceiling
+            )
             total = mpf_add(total, term, _SUM_PREC, round_ceiling)
         return Fraction(*to_rational(total))
 
@@ -142,9 +146,7 @@ def _profile_upper(epsilon: Fraction, delta: Fraction, at: Fraction) -> Fraction
     if at >= epsilon:
         return delta
     with _rigor.precision():
-        v = _rigor.q(delta) + _rigor.q(1 - delta) * (1 - _exp(at - epsilon)) / (
-            1 + _exp(-epsilon)
-        )
+        v = _rigor.q(delta) + _rigor.q(1 - delta) * (1 - _exp(at - epsilon)) / (1 + _exp(-epsilon))
         return _rigor.hi(v)
 
 

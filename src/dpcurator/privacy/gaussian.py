@@ -13,7 +13,6 @@ from fractions import Fraction
 from functools import lru_cache
 
 from mpmath import iv
-from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from dpcurator.privacy import _rigor
@@ -82,6 +81,8 @@ def gdp_epsilon_float(mu: float, delta: float) -> float | None:
         hi *= 2
         if hi > 1e300:
             return None
+    from scipy.optimize import brentq  # imported when first needed: it slows every start-up
+
     return float(brentq(lambda e: gdp_delta_float(mu, e) - delta, 0.0, hi, xtol=1e-14, rtol=1e-14))
 
 

@@ -30,7 +30,6 @@ from functools import lru_cache
 
 import numpy as np
 from mpmath import iv
-from scipy.optimize import brentq
 from scipy.special import betaln, logsumexp
 
 from dpcurator.privacy import _rigor
@@ -254,9 +253,7 @@ def optimal_epsilon(epsilon: float, delta: float, n: int, target_delta: float) -
     )
 
 
-def optimal_epsilon_exact(
-    eps: Fraction, d: Fraction, n: int, target_delta: float
-) -> float | None:
+def optimal_epsilon_exact(eps: Fraction, d: Fraction, n: int, target_delta: float) -> float | None:
     """:func:`optimal_epsilon` for exact eps and delta.
 
     A float root of :func:`optimal_delta_float` is the candidate; the enclosure
@@ -287,6 +284,8 @@ def optimal_epsilon_exact(
     if gap(0.0) <= 0:  # the float says 0 works but the certificate does not: start low
         cand = 0.0
     else:
+        from scipy.optimize import brentq  # imported when first needed: it slows start-up
+
         cand = float(brentq(gap, 0.0, hi, xtol=1e-15, rtol=8.9e-16, maxiter=500))
     slope = _rigor.log_slope(lambda x: optimal_delta_float(fe, fd, n, x), cand)
     out = _rigor.certify_decreasing(cand, upper, target, slope, hi)

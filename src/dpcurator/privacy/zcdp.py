@@ -18,7 +18,6 @@ import math
 from fractions import Fraction
 
 from mpmath import iv
-from scipy.optimize import brentq, minimize_scalar
 
 from dpcurator.privacy import _rigor
 
@@ -50,6 +49,8 @@ def _best_alpha(rho: float, epsilon: float) -> tuple[float, float] | None:
         if not math.isfinite(guess):
             return None
         centre = math.log(max(guess, 1e-6))
+        from scipy.optimize import minimize_scalar  # when first needed: it slows start-up
+
         res = minimize_scalar(
             lambda t: _log_delta_cks(rho, epsilon, t),
             bounds=(min(centre, 0.0) - 30, min(max(centre, 0.0) + 10, 700.0)),
@@ -166,6 +167,8 @@ def zcdp_epsilon_exact(rho: Fraction, delta: Fraction) -> float | None:
     found: float | None = None
     try:
         if gap(hi) <= 0 < gap(0.0):
+            from scipy.optimize import brentq  # when first needed: it slows start-up
+
             cand = float(brentq(gap, 0.0, hi, xtol=1e-13, rtol=1e-13))
             slope = _rigor.log_slope(lambda e: zcdp_delta_cks(fr, e), cand)
             found = _rigor.certify_decreasing(

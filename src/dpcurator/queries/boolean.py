@@ -75,9 +75,11 @@ class BooleanQuery:
         :class:`BooleanQuery` of disjoint boxes."""
         parts: list[bx.Box] = []
         for b in boxes:
-            covs = {p.attribute.name: p.coverage for p in b.predicates} if isinstance(
-                b, Query
-            ) else dict(b)
+            covs = (
+                {p.attribute.name: p.coverage for p in b.predicates}
+                if isinstance(b, Query)
+                else dict(b)
+            )
             if isinstance(b, Query) and b.is_empty:
                 continue
             box = bx.box_of(schema, covs)
@@ -161,15 +163,12 @@ def _box(q: Query) -> bx.Box:
 def contains(outer: Query | BooleanQuery, inner: Query | BooleanQuery) -> bool:
     """A sufficient test of C_inner ⊆ C_outer: every box of inner lies inside one box
     of outer (exact for conjunctions; may say False for some unions that do cover)."""
-    return all(
-        any(_box_inside(b, a) for a in boxes_of(outer)) for b in boxes_of(inner)
-    )
+    return all(any(_box_inside(b, a) for a in boxes_of(outer)) for b in boxes_of(inner))
 
 
 def _box_inside(inner: Query, outer: Query) -> bool:
     return all(
-        intersect(inner.coverage(p.attribute.name), p.coverage)
-        == inner.coverage(p.attribute.name)
+        intersect(inner.coverage(p.attribute.name), p.coverage) == inner.coverage(p.attribute.name)
         for p in outer.predicates
     )
 

@@ -164,9 +164,7 @@ def _lit(attr: Attribute, pos: int) -> str:
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: Words of the query language; a column named like one must be written in double quotes.
-KEYWORDS = frozenset(
-    {"AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "LIKE"}
-)
+KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "LIKE"})
 
 
 def render_name(name: str) -> str:

@@ -100,17 +100,15 @@ class Attribute:
         object.__setattr__(self, "_extra", False)  # derived below, whatever was passed
         if self.missing is not None:
             m = self.missing
-            if self.type == "integer" and (
-                isinstance(m, bool) or not isinstance(m, int | str)
-            ):
+            if self.type == "integer" and (isinstance(m, bool) or not isinstance(m, int | str)):
                 raise SchemaError(
                     f"attribute {self.name!r}: its missing value must be an integer (e.g. "
-                    f"{self.min - 1}, below min) or text (e.g. \"NA\"), got {m!r}"
+                    f'{self.min - 1}, below min) or text (e.g. "NA"), got {m!r}'
                 )
             if self.type == "categorical" and not isinstance(m, str):
                 raise SchemaError(
                     f"attribute {self.name!r}: its missing value must be text, like its "
-                    f"values (e.g. \"?\"), got {m!r}"
+                    f'values (e.g. "?"), got {m!r}'
                 )
             declared = (
                 isinstance(m, int) and self.min <= m <= self.max

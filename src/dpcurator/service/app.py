@@ -328,9 +328,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             table=body.table,
         )
         direct = plan.strategy is None
-        stats = [
-            _statistic(a, i) for i, a in enumerate(answers) if isinstance(a, StatisticAnswer)
-        ]
+        stats = [_statistic(a, i) for i, a in enumerate(answers) if isinstance(a, StatisticAnswer)]
         counted = [a for a in answers if not isinstance(a, StatisticAnswer)]
         return m.ReleaseOut(
             answers=[_answer(a) for a in counted] if direct else [],  # type: ignore[arg-type]

@@ -26,7 +26,18 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 
 #: Heat-map colours from "untouched" (light) to "exhausted" (dark): a sequential
 #: yellow-orange-red-purple ramp, monotone in lightness.
-RAMP = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026", "#4a0014")
+RAMP = (
+    "#ffffcc",
+    "#ffeda0",
+    "#fed976",
+    "#feb24c",
+    "#fd8d3c",
+    "#fc4e2a",
+    "#e31a1c",
+    "#bd0026",
+    "#800026",
+    "#4a0014",
+)
 NONE_LEFT = "#000000"
 
 
@@ -66,8 +77,31 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 #: Steps between time ticks, in seconds.
-_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-               21600, 43200, 86400, 172800, 604800, 2592000, 7776000, 31536000)
+_TIME_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+    2592000,
+    7776000,
+    31536000,
+)
 
 
 def _time_ticks(t0: float, t1: float, n: int = 5) -> list[float]:
@@ -303,7 +337,9 @@ def short_label(label: str) -> str:
     becomes ``White, Female``, ``age BETWEEN 25 AND 49`` becomes ``25–49``."""
     name = r"(?:\"[^\"]*\"|[A-Za-z_][\w.\-]*)"
     text = re.sub(name + r" = ('(?:[^']|'')*'|-?\d+)", r"\1", label)
-    text = re.sub(name + r" BETWEEN ('(?:[^']|'')*'|-?\d+) AND ('(?:[^']|'')*'|-?\d+)", r"\1–\2", text)
+    text = re.sub(
+        name + r" BETWEEN ('(?:[^']|'')*'|-?\d+) AND ('(?:[^']|'')*'|-?\d+)", r"\1–\2", text
+    )
     text = re.sub(r"'((?:[^']|'')*)'", lambda m: m.group(1).replace("''", "'"), text)
     return text.replace(" AND ", ", ")
 
@@ -339,7 +375,7 @@ def error_bars(
     for k, (name, v, hw) in enumerate(cells):
         cx = left + step * (k + 0.5)
         body.append(
-            f'<g><title>{_t(name)}: {v} (95% interval {v - hw} to {v + hw})</title>'
+            f"<g><title>{_t(name)}: {v} (95% interval {v - hw} to {v + hw})</title>"
             f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(v + hw):.1f}" y2="{y(v - hw):.1f}" '
             f'stroke="{PALETTE[0]}" stroke-width="2"/>'
             f'<line x1="{cx - 4:.1f}" x2="{cx + 4:.1f}" y1="{y(v + hw):.1f}" y2="{y(v + hw):.1f}" '

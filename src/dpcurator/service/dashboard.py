@@ -143,9 +143,11 @@ def statistic_cells(results: list[object]) -> list[dict[str, Any]]:
             and all(isinstance(x, int | float) and not isinstance(x, bool) for x in iv)
         ):
             low, high = _short(float(iv[0]), False), _short(float(iv[1]), True)
-        shown = round(value, 6 - 1 - math.floor(math.log10(abs(value)))) if (
-            isinstance(value, float) and math.isfinite(value) and value != 0
-        ) else value
+        shown = (
+            round(value, 6 - 1 - math.floor(math.log10(abs(value))))
+            if (isinstance(value, float) and math.isfinite(value) and value != 0)
+            else value
+        )
         cells.append({"label": label, "value": shown, "low": low, "high": high})
     return cells
 

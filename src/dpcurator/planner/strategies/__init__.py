@@ -32,10 +32,13 @@ from typing import Any
 import numpy as np
 
 from dpcurator.errors import InvalidParameter
+from dpcurator.planner.allocation import _limits
 from dpcurator.planner.budget import PlanBudget
+from dpcurator.planner.strategies import blocks as bl
 from dpcurator.planner.strategies import marginals as mg
 from dpcurator.planner.strategies import ranges as rg
-from dpcurator.planner.strategies.domain import atom_domain
+from dpcurator.planner.strategies.costs import PRUNE, precision
+from dpcurator.planner.strategies.domain import AtomDomain, atom_domain
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import Query
 
@@ -48,13 +51,16 @@ SAFETY = 1e-9
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured table: cells that partition the domain, charged once at ``value``
-    (the cost handed to the curator, in the budget's unit) with exact ``noise``."""
+    """One measured table: disjoint cells, each counted with exact ``noise``, charged
+    once at ``value`` (the cost handed to the curator, in the budget's unit) on the
+    points of ``region``, the union of the cells (attribute -> intervals; empty: every
+    point, as for a table that partitions the domain)."""
 
     label: str
     cells: tuple[dict[str, tuple], ...]
     value: float
     noise: Any
+    region: dict[str, tuple] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,16 +135,22 @@ def figures(
     return obj, total, worst, per_table
 
 
-def _priced(budget: PlanBudget, costs: np.ndarray) -> tuple[list[float], list[Any]]:
+def _priced(
+    budget: PlanBudget, costs: np.ndarray, cover: np.ndarray | None = None
+) -> tuple[list[float], list[Any]]:
     """Values to charge (rounded down from (1 - SAFETY) of the additive costs) and their
-    exact noises; checks in exact fractions that they sum to at most the budget."""
+    exact noises; checks in exact fractions that at every piece of the domain the
+    measurements covering it (``cover``: measurements x pieces, None: all of them
+    everywhere) sum to at most the budget."""
     c = np.asarray(costs, float) * (1 - SAFETY)
     values = [budget.value(float(x)) for x in c]
-    spent = sum(
-        (exact(v) ** 2 if budget.currency == "mu" else exact(v) for v in values), Fraction(0)
-    )
-    if spent > Fraction(budget.amount):
-        raise InvalidParameter("internal error: a strategy's costs exceed the budget")
+    additive = [exact(v) ** 2 if budget.currency == "mu" else exact(v) for v in values]
+    over = cover if cover is not None else np.ones((len(values), 1), bool)
+    for piece in over.T:
+        if sum((a for a, on in zip(additive, piece, strict=True) if on), Fraction(0)) > Fraction(
+            budget.amount
+        ):
+            raise InvalidParameter("internal error: a strategy's costs exceed the budget")
     cache: dict[float, Any] = {}
     noises = [cache.setdefault(v, budget.noise(v)) if v not in cache else cache[v] for v in values]
     return values, noises
@@ -183,65 +195,172 @@ def plan_marginals(
 
 
 def plan_ranges(
-    queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget, name: str
+    queries: Sequence[Query],
+    omega: np.ndarray | None,
+    budget: PlanBudget,
+    name: str,
+    memo: dict[str, Any],
 ) -> StrategyPlan:
-    """``identity`` or the best ``tree`` over :data:`ranges.BRANCHINGS`."""
-    dom = atom_domain(queries, merge=False)
+    """``identity``, or the best ``tree``: b-ary trees (:data:`ranges.BRANCHINGS`) with
+    per-level costs, and the optimal two-level hierarchy with per-node costs
+    (:mod:`.blocks`), compared on the model's figure for the objective."""
+    attrs = {n for q in queries if not q.is_empty for b in q.boxes for n in b.attributes}
+    rg.one_attribute(len(attrs))  # before cutting the domain, which costs far more
+    if "segments" not in memo:
+        memo["segments"] = atom_domain(queries, merge=False)
+    dom = memo["segments"]
     if dom.d == 0:
         raise InvalidParameter("no query constrains any attribute")
     schema = next(q for q in queries if not q.is_empty).schema
     rg.range_domain_check(dom, schema.attribute(dom.names[0]).ordered)
     n = dom.sizes[0]
-    options = (
-        [("", rg.identity_levels(n))]
-        if name == "identity"
-        else [(f"b = {b}", rg.tree_levels(n, b)) for b in rg.BRANCHINGS if b < n]
-    )
+    if "range model" not in memo:
+        memo["range model"] = rg.range_model(dom, ())
+    model = memo["range model"]
+    om = _per_profile(omega, model.profile_of, len(model.queries))
+    options: list[_Hierarchy] = []
+    if name == "identity":
+        options.append(_Hierarchy.of_levels("", rg.identity_levels(n), [budget.amount]))
+    else:
+        gram = rg.workload_gram(model, np.ones(len(model.queries)) if om is None else om)
+        for b in (b for b in rg.BRANCHINGS if b < n):
+            levels = rg.tree_levels(n, b)
+            tree = model.with_levels(levels)
+            costs = rg.optimise(tree, om, budget.amount, budget.currency, gram)
+            options.append(_Hierarchy.of_levels(f"b = {b}", levels, costs))
+        if n > 2:
+            two = bl.optimal_two_level(gram, budget.amount, budget.currency)
+            if two.blocks:
+                options.append(_Hierarchy.two_level(n, two, budget.amount))
     if not options:
         raise InvalidParameter(f"{dom.names[0]!r} has too few segments for a tree")
-    best = None
-    for label, levels in options:
-        model = rg.range_model(dom, levels)
-        om = _per_profile(omega, model.profile_of, len(model.queries))
-        costs = rg.optimise(model, om, budget.amount, budget.currency)
-        v = model.variances(costs)  # the model's figure, to compare branchings
-        score = float(v.max()) if om is None else float(om @ v)
-        if best is None or score < best[0]:
-            best = (score, label, model, costs)
-    assert best is not None
-    _, label, model, costs = best
-    values, noises = _priced(budget, costs)
-    w = np.array([1.0 / x.variance() for x in noises])
-    per_query = model.variances(w)
+    best = min(options, key=lambda h: h.score(model, om, budget.currency))
+    cover = np.array([[any(s <= x < e for s, e in part) for x in range(n)] for part in best.parts])
+    values, noises = _priced(budget, np.asarray(best.costs), cover)
+    nodes = [node for part in best.parts for node in part]
+    w = np.array(
+        [1.0 / x.variance() for x, part in zip(noises, best.parts, strict=True) for _ in part]
+    )
+    est = rg.NodeEstimate.of(model, nodes, w)
+    per_query = est.variances()
     var = np.where(model.profile_of >= 0, per_query[np.maximum(model.profile_of, 0)], 0.0)
 
     def rebuild(arrays: Sequence[np.ndarray]) -> np.ndarray:
-        return rg.reconstruct(model, arrays, w)
+        return est.answers(np.concatenate([np.asarray(a, float) for a in arrays]))
 
     attr = dom.names[0]
-    k = len(model.levels)
-    ms = tuple(
-        Measurement(
-            f"histogram({attr}) over {n} segments"
-            if name == "identity"
-            else f"{attr}: tree level {i + 1} of {k} ({len(lv)} nodes)",
-            tuple(rg.level_cells(dom, lv)),
-            v,
-            x,
+    ms = []
+    labels = best.labels(dom, schema.attribute(attr))
+    for label, part, v, x in zip(labels, best.parts, values, noises, strict=True):
+        cells = tuple(rg.level_cells(dom, part))
+        region = {} if sum(e - s for s, e in part) == n else {attr: _union(cells, attr)}
+        ms.append(Measurement(label, cells, v, x, region))
+    detail = f"{attr}, {n} segments" + (f", {best.shape}" if best.shape else "")
+    return StrategyPlan(name, detail, tuple(ms), var, rebuild)
+
+
+def _union(cells: Sequence[dict[str, tuple]], attr: str) -> tuple:
+    """The union of disjoint single-interval cells on ``attr``, adjacent ones merged."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(c[attr][0] for c in cells):
+        if out and out[-1][1] == lo:
+            out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+@dataclass(frozen=True)
+class _Hierarchy:
+    """A range strategy as measurements (``parts``: each a set of disjoint nodes,
+    [start, end) segment indices, sharing one cost) and their costs."""
+
+    shape: str
+    parts: tuple[tuple[tuple[int, int], ...], ...]
+    costs: tuple[float, ...]
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def of_levels(cls, shape: str, levels, costs) -> _Hierarchy:
+        """Levels that partition the segments, each at one cost; a level left with
+        less than :data:`costs.PRUNE` of the budget is not measured, its cost going to
+        the last level (the segments: what every point can spend)."""
+        c = [float(x) for x in costs]
+        keep = [i for i, x in enumerate(c) if x >= PRUNE * sum(c) or i == len(c) - 1]
+        c[-1] += sum(x for i, x in enumerate(c) if i not in keep)
+        k = len(keep)
+        kinds = tuple("identity" if shape == "" else f"tree level {j + 1} of {k}" for j in range(k))
+        if not shape:
+            label = ""
+        elif k > 1:
+            label = f"{shape}, {k} levels"
+        else:
+            label = f"{shape}: only the segments are worth measuring"
+        return cls(label, tuple(levels[i] for i in keep), tuple(c[i] for i in keep), kinds)
+
+    @classmethod
+    def two_level(cls, n: int, two: bl.TwoLevel, budget: float) -> _Hierarchy:
+        """Each block alone; the segments of each block at what the block leaves; the
+        segments in no block at the whole budget."""
+        parts, costs, kinds = [], [], []
+        inside: set[int] = set()
+        for i, ((s, e), c) in enumerate(zip(two.blocks, two.costs, strict=True)):
+            parts += [((s, e),), tuple((x, x + 1) for x in range(s, e))]
+            costs += [c, budget - c]
+            kinds += [f"block {i + 1} of {len(two.blocks)}", f"the segments of block {i + 1}"]
+            inside.update(range(s, e))
+        rest = tuple((x, x + 1) for x in range(n) if x not in inside)
+        if rest:
+            parts.append(rest)
+            costs.append(budget)
+            kinds.append("the segments in no block")
+        k = len(two.blocks)
+        shape = f"two levels: {k} block{'s' if k > 1 else ''}, a cost per node"
+        return cls(shape, tuple(parts), tuple(costs), tuple(kinds))
+
+    def score(self, model: rg.RangeModel, om: np.ndarray | None, currency: str) -> float:
+        """The objective at the model precisions (to compare shapes before pricing)."""
+        nodes = [node for part in self.parts for node in part]
+        prec = precision(
+            np.array([c for c, p in zip(self.costs, self.parts, strict=True) for _ in p]), currency
         )
-        for i, (lv, v, x) in enumerate(zip(model.levels, values, noises, strict=True))
-    )
-    detail = f"{attr}, {n} segments" + (f", {label}, {k} levels" if label else "")
-    return StrategyPlan(name, detail, ms, var, rebuild)
+        if not np.all(prec > 0):
+            prec = np.maximum(prec, 1e-300)
+        try:
+            v = rg.NodeEstimate.of(model, nodes, prec).variances()
+        except np.linalg.LinAlgError:
+            return np.inf
+        return float(v.max()) if om is None else float(om @ v)
+
+    def labels(self, dom: AtomDomain, attribute: Any) -> list[str]:
+        """What each measurement is, in the attribute's values."""
+        attr, segs = dom.names[0], dom.pieces[0]
+        out = []
+        for part, kind in zip(self.parts, self.kinds, strict=True):
+            if kind == "identity":
+                out.append(f"histogram({attr}) over {dom.sizes[0]} segments")
+            elif kind.startswith("tree"):
+                out.append(f"{attr}: {kind} ({len(part)} nodes)")
+            else:
+                lo = attribute.value(segs[part[0][0]][0][0])
+                hi = attribute.value(segs[part[-1][1] - 1][-1][1] - 1)
+                out.append(f"{attr}: {kind} ({len(part)} nodes, {lo} to {hi})")
+        return out
 
 
 def structured(
-    name: str, queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget
+    name: str,
+    queries: Sequence[Query],
+    omega: np.ndarray | None,
+    budget: PlanBudget,
+    memo: dict[str, Any] | None = None,
 ) -> StrategyPlan:
+    """The strategy ``name``'s plan (``memo``: shared by the candidates of one workload,
+    so that what they have in common is computed once)."""
     if name == "marginals":
         return plan_marginals(queries, omega, budget)
     if name in ("identity", "tree"):
-        return plan_ranges(queries, omega, budget, name)
+        return plan_ranges(queries, omega, budget, name, {} if memo is None else memo)
     raise InvalidParameter(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
@@ -251,12 +370,14 @@ def evaluate(
     omega: np.ndarray | None,
     groups: np.ndarray,
     budget: PlanBudget,
+    memo: dict[str, Any] | None = None,
 ) -> tuple[Candidate, StrategyPlan | None]:
     """A structured candidate's plan and figures (``objective`` None: not applicable,
     with the reason in ``note``)."""
     t0 = time.monotonic()
     try:
-        sp = structured(name, queries, omega, budget)
+        with _limits(1):  # small dense algebra: threaded BLAS only adds overhead
+            sp = structured(name, queries, omega, budget, memo)
     except InvalidParameter as err:
         return Candidate(
             name, "", None, None, None, None, time.monotonic() - t0, note=str(err)

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from dpcurator.planner.allocation import _limits  # one BLAS thread: L-BFGS-B's calls are tiny
 
@@ -77,10 +76,12 @@ def minimise_weighted(
         g = omega @ jac
         return val, (budget / s) * (g - float(g @ u) / s)
 
-    for st in starts:
-        u0 = np.maximum(np.asarray(st, float), FLOOR)
-        u0 = u0 / u0.sum()
-        with _limits(1):
+    from scipy.optimize import minimize  # imported when first needed: slow to import
+
+    with _limits(1):  # once for all starts: setting the limit costs milliseconds
+        for st in starts:
+            u0 = np.maximum(np.asarray(st, float), FLOOR)
+            u0 = u0 / u0.sum()
             res = minimize(
                 f,
                 u0,
@@ -89,11 +90,11 @@ def minimise_weighted(
                 bounds=[(FLOOR, None)] * m,
                 options={"maxiter": 3000, "ftol": 1e-13, "gtol": 1e-11},
             )
-        u = np.maximum(res.x, FLOOR)
-        c = budget * u / u.sum()
-        val = float(omega @ fn(c)[0])
-        if val < best_f:
-            best_c, best_f = c, val
+            u = np.maximum(res.x, FLOOR)
+            c = budget * u / u.sum()
+            val = float(omega @ fn(c)[0])
+            if val < best_f:
+                best_c, best_f = c, val
     assert best_c is not None
     return best_c, best_f
 
@@ -132,6 +133,8 @@ def minimise_max(fn: VarianceFn, budget: float, start: np.ndarray) -> tuple[np.n
 
 
 def _slsqp(cons, cons_jac, z0: np.ndarray, m: int, lo: float, budget: float):
+    from scipy.optimize import minimize
+
     return minimize(
         lambda z: (z[m], np.eye(m + 1)[m]),
         z0,

@@ -59,7 +59,12 @@ def identity_levels(n: int) -> tuple[Level, ...]:
     return (tuple((i, i + 1) for i in range(n)),)
 
 
-def _matrix(level: Level, n: int) -> np.ndarray:
+def _quadratic(q: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """q_k^T S q_k for every row of ``q``."""
+    return ((q @ s) * q).sum(axis=1)
+
+
+def _matrix(level: Sequence[tuple[int, int]], n: int) -> np.ndarray:
     a = np.zeros((len(level), n))
     for k, (s, e) in enumerate(level):
         a[k, s:e] = 1.0
@@ -81,8 +86,13 @@ class RangeModel:
         return np.linalg.inv(g)
 
     def variances(self, w: np.ndarray) -> np.ndarray:
-        s = self.covariance(w)
-        return np.einsum("ij,jk,ik->i", self.queries, s, self.queries)
+        return _quadratic(self.queries, self.covariance(w))
+
+    def with_levels(self, levels: Sequence[Level]) -> RangeModel:
+        """The same queries with other levels."""
+        n = self.queries.shape[1]
+        grams = tuple(_matrix(lv, n).T @ _matrix(lv, n) for lv in levels)
+        return RangeModel(self.domain, self.queries, self.profile_of, tuple(levels), grams)
 
     def fn(self, currency: str):
         """Per distinct query: variance and its gradient in the level costs."""
@@ -94,7 +104,7 @@ class RangeModel:
             except np.linalg.LinAlgError:
                 return np.full(len(self.queries), np.inf), np.zeros((len(self.queries), len(c)))
             y = self.queries @ s
-            v = np.einsum("ij,ij->i", y, self.queries)
+            v = (y * self.queries).sum(axis=1)
             slope = precision_slope(c, currency)
             jac = np.column_stack(
                 [-slope[k] * np.sum((y @ m.T) ** 2, axis=1) for k, m in enumerate(mats)]
@@ -103,9 +113,9 @@ class RangeModel:
 
         return f
 
-    def weighted_fn(self, omega: np.ndarray, currency: str):
-        """sum_k omega_k v_k as one value: tr(Omega S), Omega = W^T diag(omega) W."""
-        big = (self.queries * omega[:, None]).T @ self.queries
+    def weighted_fn(self, big: np.ndarray, currency: str):
+        """sum_k omega_k v_k as one value: tr(Omega S), ``big`` = Omega = W^T diag(omega) W
+        (:func:`workload_gram`)."""
 
         def f(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             try:
@@ -120,13 +130,18 @@ class RangeModel:
         return f
 
 
+def one_attribute(d: int) -> None:
+    """Raise unless the workload constrains exactly one attribute (``d`` of them)."""
+    if d != 1:
+        raise InvalidParameter(
+            f"range strategies need queries on one attribute; these constrain {d}"
+        )
+
+
 def range_domain_check(domain: AtomDomain, ordered: bool) -> None:
     """Raise unless the workload constrains one ordered attribute cut into at most
     :data:`MAX_SEGMENTS` segments."""
-    if domain.d != 1:
-        raise InvalidParameter(
-            f"range strategies need queries on one attribute; these constrain {domain.d}"
-        )
+    one_attribute(domain.d)
     if not ordered:
         raise InvalidParameter(f"attribute {domain.names[0]!r} is not ordered")
     if domain.sizes[0] > MAX_SEGMENTS:
@@ -155,15 +170,21 @@ def range_model(domain: AtomDomain, levels: Sequence[Level]) -> RangeModel:
 
 
 def optimise(
-    model: RangeModel, omega: np.ndarray | None, budget: float, currency: str
+    model: RangeModel,
+    omega: np.ndarray | None,
+    budget: float,
+    currency: str,
+    big: np.ndarray | None = None,
 ) -> np.ndarray:
     """Level costs summing to at most ``budget`` for the weighted objective ``omega``
-    (per distinct query) or, when None, the largest variance."""
+    (per distinct query) or, when None, the largest variance (``big``: the workload's
+    Gram matrix for ``omega``, or for equal weights when None, if already computed)."""
     k = len(model.levels)
     starts = [np.ones(k), np.r_[np.ones(k - 1), float(k)]]
     starts = starts[:1] if k == 1 else starts
-    weights = np.ones(len(model.queries)) if omega is None else omega
-    c, _ = minimise_weighted(model.weighted_fn(weights, currency), np.ones(1), budget, starts)
+    if big is None:
+        big = workload_gram(model, np.ones(len(model.queries)) if omega is None else omega)
+    c, _ = minimise_weighted(model.weighted_fn(big, currency), np.ones(1), budget, starts)
     if omega is None:
         c, _ = minimise_max(model.fn(currency), budget, c)
     return c
@@ -186,3 +207,38 @@ def level_cells(domain: AtomDomain, level: Level) -> list[dict[str, tuple]]:
     """Each node of a level as a coverage: the interval its segments span."""
     segs = domain.pieces[0]
     return [{domain.names[0]: ((segs[s][0][0], segs[e - 1][-1][1]),)} for s, e in level]
+
+
+def workload_gram(model: RangeModel, omega: np.ndarray) -> np.ndarray:
+    """Omega = W^T diag(omega) W over the segments (``omega`` per distinct query), so
+    that sum_k omega_k Var_k = tr(Omega X^-1) for measurements of Gram matrix X."""
+    return (model.queries * omega[:, None]).T @ model.queries
+
+
+@dataclass(frozen=True)
+class NodeEstimate:
+    """Least squares from measured nodes (intervals of segments, any overlap) with
+    precisions ``w``: x = S A^T diag(w) y, S = (A^T diag(w) A)^-1 (Li et al. 2015)."""
+
+    model: RangeModel
+    nodes: tuple[tuple[int, int], ...]
+    w: np.ndarray
+    covariance: np.ndarray
+
+    @classmethod
+    def of(cls, model: RangeModel, nodes, w: np.ndarray) -> NodeEstimate:
+        a = _matrix(nodes, model.queries.shape[1])
+        return cls(model, tuple(nodes), np.asarray(w, float), np.linalg.inv((a.T * w) @ a))
+
+    def variances(self) -> np.ndarray:
+        """Per distinct query."""
+        return _quadratic(self.model.queries, self.covariance)
+
+    def answers(self, y: np.ndarray) -> np.ndarray:
+        """Every workload query's estimate from the noisy node counts ``y``."""
+        a = _matrix(self.nodes, self.model.queries.shape[1])
+        x = self.covariance @ (a.T @ (self.w * np.asarray(y, float)))
+        out = np.zeros(len(self.model.profile_of))
+        live = self.model.profile_of >= 0
+        out[live] = self.model.queries[self.model.profile_of[live]] @ x
+        return out

@@ -7,7 +7,8 @@ gamma_w(Q) = max_x sum_{q : x in C_q} w_q. Computing it is NP-hard in general, b
 workloads are structured; :func:`max_overlap` tries one strategy module after another,
 cheapest first, and ``OverlapResult.method`` names the one that decided:
 
-* ``dense``: a small grid of elementary segments, by prefix sums (exact);
+* ``dense``: a small grid of elementary segments, by prefix sums (exact; first when
+  its cells x attributes are at most :data:`~dpcurator.queries.overlap.dense.DENSE_FIRST_WORK`);
 * ``split``: shared values fixed, independent components, lone queries (exact);
 * ``atoms``: the values an attribute's queries cannot tell apart; a component of one
   attribute is its best atom (exact);
@@ -49,7 +50,7 @@ from dpcurator.queries.overlap.atoms import best_atom
 from dpcurator.queries.overlap.boxes import solve_boxes
 from dpcurator.queries.overlap.colouring import colouring_bound, overlap_graph
 from dpcurator.queries.overlap.component import Component, Solution
-from dpcurator.queries.overlap.dense import dense_max_overlap
+from dpcurator.queries.overlap.dense import DENSE_FIRST_WORK, dense_max_overlap
 from dpcurator.queries.overlap.eliminate import Core, reduce_to_core, solve_eliminated
 from dpcurator.queries.overlap.lagrangian import solve_lagrangian
 from dpcurator.queries.overlap.milp import solve_milp
@@ -102,7 +103,7 @@ def max_overlap(
     if owner is not None:
         return _over_boxes(qs, w, owner, time_limit, decide_at)
     if _DENSE and integral and len(qs) > 1:
-        dense = dense_max_overlap(qs, w)
+        dense = dense_max_overlap(qs, w, work=DENSE_FIRST_WORK)
         if dense is not None:
             v = as_number(dense[0], True)
             return OverlapResult(v, True, v, v, dense[1], dense[2], "dense")
@@ -116,7 +117,9 @@ def max_overlap(
     parts = split_components(qs, w, 0.0 if integral else 1e-9 * max(1.0, float(w.sum())))
     upper, exact, methods, hard = parts.total, True, [], []
     # a threshold for the component when it is the only one (the rest is fixed weight)
-    alone = decide_at - parts.total if decide_at is not None and len(parts.components) == 1 else None
+    alone = (
+        decide_at - parts.total if decide_at is not None and len(parts.components) == 1 else None
+    )
     for comp in parts.components:
         deadlines.check()
         got = _decide(comp, deadline, time_limit, alone)

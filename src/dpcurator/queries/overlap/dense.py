@@ -8,24 +8,167 @@ segment grid. When that grid is small (at most ``limit`` cells), L is computed o
 of it at once: each box adds its weight at the 2^k corners of a k-dimensional difference
 array, and k cumulative sums turn it into L. The maximum cell is gamma_w exactly.
 
-Used only for integral weights below 2^53, whose sums float64 represents exactly, so
-the result is exact; the curator's checks (integer weights on a few attributes) are the
-typical case. Returns None when the grid is too large.
+:func:`dense_max_overlap` uses it only for integral weights below 2^53, whose sums
+float64 represents exactly, so the result is exact; the curator's checks (integer
+weights on a few attributes) are the typical case. :func:`segment_grid` hands the grid
+itself to a caller that needs the load of every cell for many weightings (the planner's
+search for violated point constraints), in float arithmetic.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from dpcurator.queries.predicates import Query
+from dpcurator.queries.boolean import boxes_of
+from dpcurator.queries.predicates import IntervalSet, Query
+from dpcurator.queries.schema import Schema
 
 #: Largest number of grid cells handled densely (8 bytes each).
 DENSE_LIMIT = 4_000_000
+#: Largest cells x attributes (the prefix sums' work) for :func:`max_overlap` to try the
+#: grid first: beyond it (2.5 million cells on 7 attributes take half a second and 90 MB)
+#: the structured strategies decide marginal-like workloads in milliseconds.
+DENSE_FIRST_WORK = 4_000_000
 #: Largest number of boxes x corners added to the difference array.
 MAX_UPDATES = 20_000_000
+
+#: A box to place on the grid: its owner's index and its coverages (attribute, intervals).
+_Item = tuple[int, list[tuple[str, IntervalSet]]]
+
+
+@dataclass(frozen=True)
+class SegmentGrid:
+    """The segment grid of some boxes: the constrained attributes ``names`` (sorted),
+    their segment boundaries ``cuts``, and every box as the segment indices where it
+    starts and stops on each attribute (``starts``/``stops``, boxes x attributes), with
+    the index of the query it belongs to (``owner``)."""
+
+    schema: Schema
+    names: tuple[str, ...]
+    cuts: tuple[np.ndarray, ...]
+    starts: np.ndarray
+    stops: np.ndarray
+    owner: np.ndarray
+    queries: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(c) - 1 for c in self.cuts)
+
+    def loads(self, weights: np.ndarray) -> np.ndarray:
+        """L on every cell: the sum of the weights of the queries covering it (a point
+        lies in at most one box of each query)."""
+        k, shape = len(self.names), self.shape
+        wb = np.asarray(weights, float)[self.owner]
+        if k == 0:
+            return np.array(float(wb.sum()))
+        diff = np.zeros(tuple(n + 1 for n in shape))
+        for corner in itertools.product((0, 1), repeat=k):
+            idx = tuple(self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner))
+            np.add.at(diff, idx, -wb if sum(corner) % 2 else wb)
+        for axis in range(k):
+            np.cumsum(diff, axis=axis, out=diff)
+        return diff[tuple(slice(0, n) for n in shape)]
+
+    def covering(self, cells: np.ndarray) -> np.ndarray:
+        """(cells x queries) bool: which queries cover each cell (flat indices)."""
+        cells = np.asarray(cells, np.int64)
+        if not self.names:  # one cell, the whole domain
+            at = np.zeros((len(cells), 0), np.int64)
+        else:
+            at = np.stack(np.unravel_index(cells, self.shape), axis=1)
+        inside = np.all(
+            (self.starts[None, :, :] <= at[:, None, :]) & (at[:, None, :] < self.stops[None, :, :]),
+            axis=2,
+        )
+        out = np.zeros((len(at), self.queries), bool)
+        for b in range(len(self.owner)):  # few boxes per query: an OR per box
+            out[:, self.owner[b]] |= inside[:, b]
+        return out
+
+    def point(self, cell: Sequence[int]) -> dict[str, int | str]:
+        """A domain point in ``cell`` (grid index per attribute): each constrained
+        attribute at its segment's first value, the others at their first value."""
+        pos = {a.name: 0 for a in self.schema.attributes}
+        for j, name in enumerate(self.names):
+            pos[name] = int(self.cuts[j][int(cell[j])])
+        return {a.name: a.value(pos[a.name]) for a in self.schema.attributes}
+
+
+def _build(
+    schema: Schema,
+    items: Sequence[_Item],
+    ends: dict[str, set[int]],
+    n: int,
+    limit: int,
+    work: float = math.inf,
+) -> SegmentGrid | None:
+    """The grid of ``items`` (n owners), with extra boundaries ``ends``; None when it has
+    more than ``limit`` cells, cells x attributes above ``work``, or too many box corners."""
+    ends = {name: set(e) for name, e in ends.items()}
+    for m, (_, covs) in enumerate(items):
+        for name, cov in covs:
+            found = ends.get(name)
+            bounds = ends[name] = {0, schema.attribute(name).size} if found is None else found
+            for s, t in cov:
+                bounds.add(s)
+                bounds.add(t)
+        # Give up early on large grids: the product only grows.
+        if m % 256 == 255 and np.prod([len(e) - 1.0 for e in ends.values()]) > limit:
+            return None
+    names = tuple(sorted(ends))
+    cuts = tuple(np.array(sorted(ends[name]), dtype=np.int64) for name in names)
+    cells = float(np.prod([len(c) - 1.0 for c in cuts]))
+    if cells > limit or cells * len(cuts) > work:
+        return None
+    k = len(names)
+    # Boxes: per attribute, the segment ranges of each coverage interval (an endpoint's
+    # index among the cuts is its segment boundary).
+    where = [{int(v): i for i, v in enumerate(c.tolist())} for c in cuts]
+    full = [((0, len(c) - 1),) for c in cuts]
+    column = {name: j for j, name in enumerate(names)}
+    lows: list[tuple[int, ...]] = []
+    highs: list[tuple[int, ...]] = []
+    owner: list[int] = []
+    for i, covs in items:
+        per_attr: list = list(full)
+        for name, cov in covs:
+            j = column[name]
+            per_attr[j] = tuple((where[j][s], where[j][e]) for s, e in cov)
+        for combo in itertools.product(*per_attr):
+            lows.append(tuple(c[0] for c in combo))
+            highs.append(tuple(c[1] for c in combo))
+            owner.append(i)
+    if len(owner) * (1 << k) > MAX_UPDATES:
+        return None
+    return SegmentGrid(
+        schema,
+        names,
+        cuts,
+        np.array(lows, dtype=np.int64).reshape(len(owner), k),
+        np.array(highs, dtype=np.int64).reshape(len(owner), k),
+        np.array(owner, dtype=np.int64),
+        n,
+    )
+
+
+def segment_grid(queries: Sequence[Query], limit: int = DENSE_LIMIT) -> SegmentGrid | None:
+    """The segment grid of ``queries`` (predicate or boolean; empty ones cover no cell),
+    or None when it has more than ``limit`` cells."""
+    qs = list(queries)
+    if not qs:
+        return None
+    items = [
+        (i, [(p.attribute.name, p.coverage) for p in b.predicates])
+        for i, q in enumerate(qs)
+        for b in boxes_of(q)
+    ]
+    return _build(qs[0].schema, items, {}, len(qs), limit)
 
 
 def dense_max_overlap(
@@ -33,12 +176,14 @@ def dense_max_overlap(
     weights: np.ndarray,
     within: Query | None = None,
     limit: int = DENSE_LIMIT,
+    work: float = math.inf,
 ) -> tuple[float, dict[str, int | str], tuple[int, ...]] | None:
     """(gamma_w, witness point, indices of the queries covering it), or None.
 
     With ``within``, the maximum is taken over the points of C_within only (the witness
     lies in it). ``weights`` must be non-negative integers (as floats) with a sum below
-    2^53. Empty queries and zero weights are allowed.
+    2^53. Empty queries and zero weights are allowed. None when the grid has more than
+    ``limit`` cells or more than ``work`` cells x attributes.
     """
     if not queries or float(weights.sum()) >= 2.0**53:
         return None
@@ -48,7 +193,7 @@ def dense_max_overlap(
         # boolean queries: their disjoint boxes, each with its query's weight
         owner = [i for i, q in enumerate(queries) for _ in q.boxes]
         got = dense_max_overlap(
-            [b for q in queries for b in q.boxes], weights[owner], within, limit
+            [b for q in queries for b in q.boxes], weights[owner], within, limit, work
         )
         if got is None:
             return None
@@ -56,7 +201,7 @@ def dense_max_overlap(
     if within is not None and not isinstance(within, Query):
         best = None
         for part in within.boxes:  # the maximum over a union: the best of its boxes
-            got = dense_max_overlap(queries, weights, part, limit)
+            got = dense_max_overlap(queries, weights, part, limit, work)
             if got is None:
                 return None
             if best is None or got[0] > best[0]:
@@ -75,8 +220,7 @@ def dense_max_overlap(
         for s, t in p.coverage:
             e.add(s)
             e.add(t)
-    live: list[int] = []
-    clipped: dict[int, list[tuple[str, tuple[tuple[int, int], ...]]]] = {}
+    items: list[_Item] = []
     for i, q in enumerate(queries):
         if q.is_empty or weights[i] <= 0:
             continue
@@ -90,74 +234,30 @@ def dense_max_overlap(
                     break
             covs.append((name, cov))
         else:
-            live.append(i)
-            clipped[i] = covs
-    for n, i in enumerate(live):
-        for name, cov in clipped[i]:
-            found = ends.get(name)
-            bounds = ends[name] = {0, schema.attribute(name).size} if found is None else found
-            for s, t in cov:
-                bounds.add(s)
-                bounds.add(t)
-        # Give up early on large grids: the product only grows.
-        if n % 256 == 255 and np.prod([len(e) - 1.0 for e in ends.values()]) > limit:
-            return None
-    names = sorted(ends)
-    cuts = [np.array(sorted(ends[name]), dtype=np.int64) for name in names]
-    shape = tuple(len(c) - 1 for c in cuts)
-    if np.prod(shape, dtype=np.float64) > limit:
+            items.append((i, covs))
+    grid = _build(schema, items, ends, len(queries), limit, work)
+    if grid is None:
         return None
-    k = len(names)
-    # Boxes: per attribute, the segment ranges of each coverage interval (an endpoint's
-    # index among the cuts is its segment boundary).
-    where = [{int(v): n for n, v in enumerate(c.tolist())} for c in cuts]
-    full = [((0, len(c) - 1),) for c in cuts]
-    lows: list[tuple[int, ...]] = []
-    highs: list[tuple[int, ...]] = []
-    box_w: list[float] = []
-    column = {name: j for j, name in enumerate(names)}
-    for i in live:
-        per_attr: list = list(full)
-        for name, cov in clipped[i]:
-            j = column[name]
-            per_attr[j] = tuple((where[j][s], where[j][e]) for s, e in cov)
-        wi = float(weights[i])
-        for combo in itertools.product(*per_attr):
-            lows.append(tuple(c[0] for c in combo))
-            highs.append(tuple(c[1] for c in combo))
-            box_w.append(wi)
-    if len(box_w) * (1 << k) > MAX_UPDATES:
-        return None
-    if k == 0:
-        value = float(sum(box_w))
+    shape = grid.shape
+    if not grid.names:
+        value = float(weights[grid.owner].sum())
+        cell: tuple[int, ...] = ()
     else:
-        starts = np.array(lows, dtype=np.int64).reshape(-1, k)
-        stops = np.array(highs, dtype=np.int64).reshape(-1, k)
-        wb = np.array(box_w)
-        diff = np.zeros(tuple(n + 1 for n in shape))
-        for corner in itertools.product((0, 1), repeat=k):
-            idx = tuple(np.where(c, stops[:, j], starts[:, j]) for j, c in enumerate(corner))
-            sign = -1.0 if sum(corner) % 2 else 1.0
-            np.add.at(diff, idx, sign * wb)
-        for axis in range(k):
-            np.cumsum(diff, axis=axis, out=diff)
-        grid = diff[tuple(slice(0, n) for n in shape)]
+        loads = grid.loads(weights)
         if within is not None:
             # Only the cells inside C_within count: a product of per-attribute masks.
-            for j, name in enumerate(names):
+            for j, name in enumerate(grid.names):
                 inside = np.zeros(shape[j], dtype=bool)
+                starts = grid.cuts[j]
                 for start, end in within.coverage(name):
-                    inside[where[j][start] : where[j][end]] = True
-                view: list[slice | None] = [None] * k
+                    inside[np.searchsorted(starts, start) : np.searchsorted(starts, end)] = True
+                view: list[slice | None] = [None] * len(shape)
                 view[j] = slice(None)
-                grid = np.where(inside[tuple(view)], grid, -1.0)
-        flat = int(np.argmax(grid))
-        value = float(grid.flat[flat])
-        cell = np.unravel_index(flat, shape)
-    point_pos = {a.name: 0 for a in schema.attributes}
-    for j, name in enumerate(names):
-        point_pos[name] = int(cuts[j][int(cell[j])])
-    witness = {a.name: a.value(point_pos[a.name]) for a in schema.attributes}
+                loads = np.where(inside[tuple(view)], loads, -1.0)
+        flat = int(np.argmax(loads))
+        value = float(loads.flat[flat])
+        cell = tuple(int(c) for c in np.unravel_index(flat, shape))
+    witness = grid.point(cell)
     if within is not None and not within.covers(witness):
         return None
     covering = tuple(i for i, q in enumerate(queries) if not q.is_empty and q.covers(witness))

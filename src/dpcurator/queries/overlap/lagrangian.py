@@ -93,4 +93,3 @@ def _share(start: float, deadline: float, share: tuple[float, float]) -> float:
     if math.isfinite(deadline):
         return start + min(part * max(deadline - start, 0.0), cap)
     return start + cap
-

@@ -141,7 +141,6 @@ class LagrangianBound:
         """The point as atoms of the component's attributes."""
         return {ai: int(x[d]) for d, ai in enumerate(self.core_attrs)}
 
-
     # ------------------------------------------------------------------ bounds
 
     def scores(self, lam: np.ndarray) -> np.ndarray:
@@ -223,7 +222,6 @@ class LagrangianBound:
                 break
             lam = self._project(lam - (max(bound - target, 0.5) / norm) * g, open_)
         return best_lam, best_bound
-
 
 
 def _merge(

@@ -89,10 +89,8 @@ class _Children:
         return _Node(parent.depth + 1, alive, und, lam, float(self.sat[v]), scores, x)
 
 
-
 class LagrangianSearch(LagrangianBound):
     """The search over one core (see the module docstring)."""
-
 
     def value(self, x: np.ndarray) -> float:
         """The objective at the point ``x`` (an atom per attribute)."""
@@ -287,4 +285,3 @@ class LagrangianSearch(LagrangianBound):
                 lo = max(lo, mid)
             lo = max(lo, best)
         return max(upper, best), best, x, False
-

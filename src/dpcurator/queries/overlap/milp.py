@@ -29,7 +29,6 @@ import math
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import LinearConstraint, milp
 
 from dpcurator.queries.overlap.component import Component, Solution
 from dpcurator.queries.overlap.eliminate import Core, back_substitute
@@ -138,6 +137,8 @@ def milp_core(
     options: dict[str, float | bool] = {"mip_rel_gap": 0.0, "disp": False}
     if time_limit is not None:
         options["time_limit"] = max(time_limit, 0.01)
+    from scipy.optimize import LinearConstraint, milp  # when first needed: slow to import
+
     res = milp(
         c,
         constraints=LinearConstraint(a_mat, lb, ub),
