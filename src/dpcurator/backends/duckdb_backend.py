@@ -447,7 +447,7 @@ class DuckDBBackend:
         if self._rows * plan.high >= _HUGEINT:
             raise InvalidParameter(
                 f"clipped sum of {attribute!r} could overflow 128-bit integers "
-                f"({self._rows} rows, clipped codes up to {plan.high})"
+                f"(clipped codes up to {plan.high})"  # no row count: it is the data's
             )
         col = self._columns[plan.index]
         sql = (
