@@ -278,7 +278,7 @@ BOUNDS = [0, 1, -1, 5, 17, 2**62, -(2**62), I64 - 1, -I64, 10**30, -(10**30)]
 
 
 @settings(
-    max_examples=10,  # each starts two backends on a new file (about 3.5 s)
+    max_examples=7,  # each starts two backends on a new file (about 3.5 s)
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
