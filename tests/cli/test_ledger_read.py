@@ -12,8 +12,8 @@ import pytest
 
 from dpcurator import Curator
 from dpcurator.cli import main
-from dpcurator.curator.curator import remaining_from_ledger
 from dpcurator.curator.ledger import Ledger
+from dpcurator.curator.standing import remaining_from_ledger
 from dpcurator.privacy import GDP, PureDP
 
 ROOT = Path(__file__).resolve().parents[2]

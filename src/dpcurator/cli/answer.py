@@ -352,7 +352,7 @@ def ledger_option(ledger: str | None) -> str:
 def ledger_summary(d: dict[str, Any], cur: Any, ledger: str, table: str | None = None) -> None:
     """What the ledger has left right after the release: the same figures as
     ``dpcurator ledger show`` (exact fractions in the JSON)."""
-    from dpcurator.curator.curator import remaining_from_ledger
+    from dpcurator.curator.standing import remaining_from_ledger
 
     st = remaining_from_ledger(cur.ledger, table=table)
     c = st.currency

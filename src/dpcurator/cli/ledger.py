@@ -11,7 +11,7 @@ A group of actions, each a ``_register_<action>(actions)`` function below listed
 ``show``, ``history`` and ``analysts`` read the ledger only, never the data: its identity
 holds the budget and every table's public schema, and its charges hold every answered
 query's coverage and cost, which is all the overlap-aware filter needs
-(:func:`dpcurator.curator.curator.remaining_from_ledger`). Amounts are printed with at
+(:func:`dpcurator.curator.standing.remaining_from_ledger`). Amounts are printed with at
 most 6 significant digits, what remains rounded down and what is spent rounded up;
 ``--json`` adds the exact fractions as strings (``"remaining_exact": "7/10"``).
 """
@@ -204,7 +204,7 @@ def _unit(currency: str) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from dpcurator.curator.curator import filter_from_ledger, remaining_from_ledger
+    from dpcurator.curator.standing import filter_from_ledger, remaining_from_ledger
 
     if args.table is not None and args.query is None:
         raise LedgerError("--table goes with --query")

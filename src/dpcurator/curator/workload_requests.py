@@ -1,0 +1,223 @@
+"""Workload releases: a whole workload planned (:func:`dpcurator.planner.make_plan`) and
+released all or nothing, either as the asked queries' noisy counts (the direct
+strategy, through :meth:`~dpcurator.curator.Curator.release`) or as a strategy's measured
+tables, charged in one transaction, from which every asked answer is derived by least
+squares (docs/answer.md, *Strategies*).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpcurator.curator import requests
+from dpcurator.curator.admission import Request
+from dpcurator.curator.answers import Answer, DerivedAnswer
+from dpcurator.curator.budget import exact_number
+from dpcurator.curator.timing import timed
+from dpcurator.errors import InvalidParameter, QueryError, TooLarge
+from dpcurator.queries import Query, Workload, parse_workload_text
+
+if TYPE_CHECKING:
+    from dpcurator.planner import Plan
+
+
+class WorkloadRequests:
+    """The curator's workload releases (mixed into :class:`~dpcurator.curator.Curator`,
+    whose validation, budget, noise, charging and counting they use)."""
+
+    _k: int
+    _rng: Any
+    _backends: dict[str, Any]
+    budget: Any
+    limits: requests.RequestLimits
+
+    @timed
+    def release_workload(
+        self,
+        workload: str | Workload,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        allocation: str = "optimal",
+        table: str | None = None,
+        time_limit: float = 30.0,
+        objective: str = "per-table",
+        strategy: str = "auto",
+        _analyst: str | None = None,
+    ) -> tuple[Plan, list[Answer] | list[DerivedAnswer]]:
+        """Plan a whole workload and release it, all or nothing.
+
+        ``strategy`` (see :func:`dpcurator.planner.make_plan`): ``direct`` measures the
+        asked queries and returns their noisy counts (:class:`Answer`); ``marginals``,
+        ``identity`` and ``tree`` measure tables, charged like histograms in one
+        transaction, and return every asked query's least-squares estimate
+        (:class:`DerivedAnswer`); ``auto`` (the default) picks the least expected error.
+
+        ``workload``: workload text (queries, ``histogram(...)``, ``marginal(...)``, one
+        per line; never read as a file name) or a parsed :class:`Workload`. The cost,
+        in the budget's currency, is this release's total (default: the whole budget);
+        the plan spends at most what is left at the worst point of the domain (and of
+        the analyst's quota), so the filter admits it everywhere. The planner chooses
+        per-query costs (``sequential``, ``uniform`` or ``optimal``, the last minimising
+        ``objective``: ``total``, ``per-table`` or ``max`` expected error; see
+        :func:`dpcurator.planner.make_plan`) from public information only; the release
+        then goes through :meth:`release`.
+        """
+        from dpcurator.planner import make_plan
+
+        t = self._table(table)
+        schema = self._schema(t)
+        limit = self.limits.max_queries
+        if isinstance(workload, Workload):
+            wl = workload
+        else:  # counted line by line before any line is expanded
+            wl = parse_workload_text(workload, schema, max_queries=limit)
+        if len(wl) == 0:
+            raise InvalidParameter("the workload has no queries")
+        if len(wl) > limit:
+            raise TooLarge(
+                f"a workload of {len(wl)} queries exceeds the limit max_queries = {limit}"
+            )
+        for q in wl.queries:
+            if q.schema != schema:
+                raise QueryError("the workload was parsed against another schema than this table's")
+        if (
+            isinstance(time_limit, bool)
+            or not isinstance(time_limit, int | float)
+            or not (0 < time_limit <= 3600)
+        ):
+            raise InvalidParameter(
+                f"time_limit must be a number of seconds in (0, 3600], got {time_limit!r}"
+            )
+        if epsilon is None and rho is None and mu is None:
+            guarantee: Any = self.budget.guarantee
+            total = self.budget.amount
+        else:
+            cost = self.budget.cost(epsilon, rho, mu)
+            guarantee = self.budget.guarantee_of(float(cost.param))
+            total = cost.amount
+        left = self.remaining_detail(_analyst=_analyst)
+        available = min(
+            total,
+            self.budget.additive(exact_number(left.value, "remaining"))
+            if left.value > 0
+            else Fraction(0),
+        )
+        if self._k != 1 and strategy not in ("auto", "direct"):
+            raise InvalidParameter(
+                "strategies other than direct are planned for one row per person; this "
+                "curator has a privacy unit of several rows"
+            )
+        if wl.statistics:  # statistics are measured themselves: the direct strategy
+            if strategy not in ("auto", "direct"):
+                raise InvalidParameter(
+                    f"strategy {strategy!r} measures counts; a workload with statistics "
+                    "(mean, quantile, ...) is released directly: use strategy='direct'"
+                )
+            strategy = "direct"
+        plan = make_plan(
+            wl.queries,
+            wl.weights,
+            guarantee,
+            allocation,
+            available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
+            time_limit=time_limit,
+            objective=objective,
+            strategy="direct" if self._k != 1 and strategy == "auto" else strategy,
+        )
+        if plan.strategy is not None:
+            return plan, self._release_strategy(plan, t, _analyst)
+        if wl.statistics:
+            return plan, self._release_mixed(plan, wl.statistics, t, _analyst)  # type: ignore[return-value]
+        answers = self.release(
+            list(plan.queries), list(plan.values), table=t, kind="workload", _analyst=_analyst
+        )
+        return plan, answers
+
+    def _release_strategy(self, plan: Plan, t: str, analyst: str | None) -> list[DerivedAnswer]:
+        """Charge every measured table of ``plan``'s strategy in one transaction (each on
+        the points of its cells, its region: every point for a table that partitions the
+        domain, like a histogram), count and noise their cells, and derive every asked
+        answer by least squares."""
+        from statistics import NormalDist
+
+        sp = plan.strategy
+        assert sp is not None
+        self._quota(analyst)
+        schema = self._schema(t)
+        cur = self.budget.currency
+        everywhere = Query(schema, (), "total")
+        batch, noises, cells = [], [], []
+        for m in sp.measurements:  # every noise and limit before the charge
+            cost = self.budget.cost(**{cur: m.value})
+            noise, _ = self._noise(cost, 1)
+            if noise != m.noise:  # the planned variances assume exactly this noise
+                raise InvalidParameter(f"internal error: {m.label}: noise differs from the plan")
+            qs = [Query.from_coverages(schema, c) for c in m.cells]
+            region = Query.from_coverages(schema, dict(m.region)) if m.region else everywhere
+            batch.append(Request(region, cost.amount, "strategy", m.label, str(noise)))
+            noises.append(noise)
+            cells.append(qs)
+        if len(batch) > self.limits.max_charges:
+            raise TooLarge(
+                f"the strategy measures {len(batch)} tables, over the limit max_charges = "
+                f"{self.limits.max_charges}"
+            )
+        for m, qs in zip(sp.measurements, cells, strict=True):
+            if len(qs) > self.limits.max_cells:
+                raise TooLarge(
+                    f"the strategy's table {m.label} has {len(qs)} cells, over the limit "
+                    f"max_cells = {self.limits.max_cells}"
+                )
+        flat = [q for qs in cells for q in qs]
+        estimates: list[float] = []
+
+        def answers() -> list[object]:
+            # counted, noised and reconstructed once admitted; released once committed
+            truth = np.asarray(self._backends[t].counts(flat), np.int64)
+            noisy, start = [], 0
+            for qs, noise in zip(cells, noises, strict=True):
+                drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
+                noisy.append(truth[start : start + len(qs)] + drawn)
+                start += len(qs)
+            estimates.extend(float(v) for v in sp.reconstruct(noisy))
+            texts = [q.text or "total" for q in plan.queries]
+            records: list[object] = []
+            for i, (qs, y) in enumerate(zip(cells, noisy, strict=True)):
+                rec: dict[str, object] = {
+                    "strategy": sp.name,
+                    # i-th of n charges written consecutively in one transaction: the
+                    # release's charges are ids (this one - i) .. (this one - i + n - 1)
+                    "part": [i, len(cells)],
+                    "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
+                }
+                if i == 0:  # the asked answers, derived from every charge of the release
+                    rec["derived"] = dict(zip(texts, estimates, strict=True))
+                records.append(rec)
+            return records
+
+        charged = self._charge(t, batch, analyst, answers)
+        ids = tuple(cid for cid, _ in charged)
+        texts = [q.text or "total" for q in plan.queries]
+        # What is left after the release is reported at the worst point of the table (on
+        # any query's points, at least this is left).
+        left = self._quick_remaining([everywhere], t, analyst)[0].value
+        z = NormalDist().inv_cdf(0.975)
+        return [
+            DerivedAnswer(
+                tx,
+                float(v),
+                float(var),
+                z * math.sqrt(max(float(var), 0.0)),
+                sp.name,
+                cur,
+                left,
+                ids,
+            )
+            for tx, v, var in zip(texts, estimates, sp.variances, strict=True)
+        ]
