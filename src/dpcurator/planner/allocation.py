@@ -145,8 +145,8 @@ def optimal(
 
     Cutting planes: solve the program over the point constraints known so far
     (:mod:`dpcurator.planner.barrier`, which also gives a dual lower bound), find points
-    its solution overloads (:class:`dpcurator.planner.cuts.Separator`), add their constraints, repeat. Every
-    round's solution, scaled by B / gamma_w, is a feasible candidate. Stops when the
+    its solution overloads (:mod:`dpcurator.planner.cuts`), add their constraints,
+    repeat. Every round's solution, scaled by B / gamma_w, is a feasible candidate. Stops when the
     relative gap between the best candidate and the best dual bound is below
     ``tolerance``, after ``max_rounds`` rounds, or after ``time_limit`` seconds. The
     result is always certified feasible by the exact overlap solver (its gamma_w, or a
