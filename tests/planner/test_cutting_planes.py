@@ -195,3 +195,34 @@ def test_clique_search_agrees_with_the_full_program(qs, g) -> None:
     live = np.array([not q.is_empty for q in qs])  # an empty query's term is free
     got = allocation._objective(a.costs[live], w[live], b)
     assert best * (1 - 1e-9) <= got <= best * (1 + 1e-4)
+
+
+def test_a_request_deadline_stops_the_search() -> None:
+    """Past a request's deadline the clique search and the rounds stop with Undecided
+    (planning comes before any charge: nothing is charged)."""
+    import time
+
+    from dpcurator import deadlines
+    from dpcurator.errors import Undecided
+
+    qs = [
+        Query.from_coverages(SCHEMA, {"a": ((k % 5, 5),), "c": ((0, k % 4 + 1),)}, line=k + 1)
+        for k in range(8)
+    ]
+    meet = cuts._box_intersections(qs)
+    assert meet is not None
+    with deadlines.within(deadlines.Deadline.after(1e-6)):
+        time.sleep(0.01)
+        with pytest.raises(Undecided):
+            cuts._cliques(meet, np.ones(len(qs)), 0.0, 1e-6)
+        with pytest.raises(Undecided):
+            optimal(qs, np.ones(len(qs)), PlanBudget.of(PureDP(1.0)))
+
+
+def test_large_workloads_are_not_cut_by_cliques(monkeypatch) -> None:
+    """Beyond CLIQUE_QUERIES the intersection graph (n^2 bytes) is not built."""
+    monkeypatch.setattr(cuts, "GRID_LIMIT", 0)
+    qs = [Query.from_coverages(SCHEMA, {"a": ((0, k % 5 + 1),)}, line=k + 1) for k in range(6)]
+    assert cuts.Separator(qs, 1e-6).meet is not None
+    monkeypatch.setattr(cuts, "CLIQUE_QUERIES", 5)
+    assert cuts.Separator(qs, 1e-6).meet is None

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.errors import InvalidParameter
 from dpcurator.planner import barrier, cuts
 from dpcurator.planner.budget import PlanBudget
@@ -212,6 +213,7 @@ def optimal(
     gam, tight, polish = math.inf, tolerance * 1e-3, False
     with _limits(1):  # small dense solves: threaded BLAS only adds overhead
         while rounds < max_rounds:
+            deadlines.check()  # a request's deadline (see dpcurator.deadlines)
             rounds += 1
             R = np.vstack(rows)
             inside = 0.95 / max(1.0, float((R @ c_live).max()), float(c_live.max()) / 0.95)
