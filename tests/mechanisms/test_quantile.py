@@ -170,3 +170,35 @@ def test_rank_errors_stay_within_the_bound():
         errs = [s[mech.select(s, src)] / q.denominator for _ in range(400)]
         assert np.mean(np.array(errs) <= t) >= 0.95
         assert np.mean(errs) <= mech.expected_rank_error(60, q)
+
+
+@pytest.mark.parametrize(
+    "eps", [Fraction(1, 10**15), Fraction(1e-15), Fraction(3, 10**14), Fraction(10**300)]
+)
+def test_rank_error_bound_at_extreme_rates_is_quick_and_certified(eps):
+    """A tiny rate once stepped t += 1 from a float guess, each step adding only x to the
+    exponent: the search now doubles and bisects. The bound holds (mpmath at 60 digits)
+    and is the smallest t to within the series' certification (1e-12 relative)."""
+    q = Fraction(1, 2)
+    mech = quantile_mechanism("epsilon", eps, quantile_sensitivity(q), q.denominator)
+    t = mech.rank_error_bound(1000, q, Fraction(1, 20))
+    x = mech.rate * q.denominator
+    with mpmath.workdps(60):
+        rate = mpmath.mpf(x.numerator) / x.denominator
+        assert mpmath.exp(rate * t) >= 20000
+        assert t == 0 or mpmath.exp(rate * (t - 1)) < 20000 * (1 + mpmath.mpf(10) ** -11)
+
+
+@pytest.mark.parametrize("currency", ["epsilon", "rho", "mu"])
+@pytest.mark.parametrize("amount", [Fraction(1e-40), Fraction(1e-320), Fraction(1, 10**400)])
+def test_a_selection_beyond_the_noise_range_is_refused(currency, amount):
+    with pytest.raises(InvalidParameter, match=r"beyond the largest supported|too small"):
+        quantile_mechanism(currency, amount, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "q, want",
+    [(np.float64(0.25), Fraction(1, 4)), (np.float32(0.5), Fraction(1, 2)), (np.int64(1), 1)],
+)
+def test_numpy_quantiles_are_read_as_their_value(q, want):
+    assert quantile_fraction(q) == want

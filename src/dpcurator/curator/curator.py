@@ -152,6 +152,8 @@ class Estimate:
     error: str = ""
 
 
+#: The requests released as noisy counts (the others are :data:`STATISTICS`).
+_COUNTING_KINDS = ("count", "histogram", "marginal", "sum")
 #: How many of one request's answers (distinct coverages) may have their remaining
 #: figures made exact on a small grid (a few milliseconds each); the others get the
 #: levels' bound, so that a large batch stays quick and the figures do not depend on
@@ -770,6 +772,9 @@ class Curator(StatisticRequests, WorkloadRequests):
         """
         if kind in STATISTICS:
             return self._estimate_statistic(kind, args, _analyst)
+        if kind not in _COUNTING_KINDS:
+            kinds = ", ".join((*_COUNTING_KINDS, *STATISTICS))
+            raise InvalidParameter(f"kind must be one of {kinds}, got {kind!r}")
         p = self._prepare(kind, args)
         self._quota(_analyst)
         noise, half = self._noise(p.cost, p.sensitivity * self._k)

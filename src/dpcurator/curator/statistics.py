@@ -44,6 +44,7 @@ from dpcurator.mechanisms.moments import (
     shares,
 )
 from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
+from dpcurator.mechanisms.noisy import scientific
 from dpcurator.mechanisms.quantile import (
     QuantileMechanism,
     quantile_fraction,
@@ -60,6 +61,10 @@ STATISTICS = ("mean", "variance", "stdev", "quantile", "quantiles", "median")
 #: The widest clipped range of a variance: its squares' sensitivity (U - L)^2 stays an
 #: integer well inside 2^62.
 MAX_VARIANCE_SPAN = 2**31
+#: The largest clip bound of a mean, variance or standard deviation: its estimate, its
+#: interval and its error scale are then finite floats (the noise range refuses far
+#: smaller bounds at any realistic budget).
+MAX_MOMENT_BOUND = 2**128
 #: The most quantiles one request may ask for.
 MAX_QUANTILES = 1000
 #: The level of every interval and rank-error bound.
@@ -208,9 +213,14 @@ class StatisticCore:
             raise InvalidParameter(
                 f"the {kind} of values clipped to [{lo}, {hi}] is known: give lower < upper"
             )
+        if max(-lo, hi) > MAX_MOMENT_BOUND:
+            raise InvalidParameter(
+                f"a {kind} needs clip bounds within [-2^128, 2^128] (about 3.4e38), got "
+                f"[{scientific(Fraction(lo))}, {scientific(Fraction(hi))}]"
+            )
         if kind != "mean" and hi - lo > MAX_VARIANCE_SPAN:
             raise InvalidParameter(
-                f"a {kind} needs upper - lower <= {MAX_VARIANCE_SPAN}, got {hi - lo}"
+                f"a {kind} needs upper - lower <= {MAX_VARIANCE_SPAN}, got {scientific(Fraction(hi - lo))}"
             )
         names, labels = self._groups(schema, by, name)
         w = requests.canonical_query(where, schema)
@@ -284,7 +294,7 @@ class StatisticCore:
         parts = self._shares(cost, [Fraction(1, len(fr))] * len(fr))
         cur = self.budget.currency
         sel = tuple(
-            quantile_mechanism(cur, c.amount, quantile_sensitivity(q, self._k))
+            quantile_mechanism(cur, c.amount, quantile_sensitivity(q, self._k), q.denominator)
             for c, q in zip(parts, fr, strict=True)
         )
         edges = sorted({0, attr.size, *pos, *(p + 1 for p in pos)})

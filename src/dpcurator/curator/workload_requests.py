@@ -19,6 +19,7 @@ from dpcurator.curator.answers import Answer, DerivedAnswer
 from dpcurator.curator.budget import exact_number
 from dpcurator.curator.timing import timed
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
+from dpcurator.mechanisms.noisy import noise_for_cost
 from dpcurator.queries import Query, Workload, parse_workload_text
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ class WorkloadRequests:
             cost = self.budget.cost(epsilon, rho, mu)
             guarantee = self.budget.guarantee_of(float(cost.param))
             total = cost.amount
+        # The whole release's cost on one count is the least noise any of its
+        # measurements can have: refused up front if even that is beyond every sampler.
+        noise_for_cost(self.budget.guarantee_of(self.budget.display(total)), self._k)
         left = self.remaining_detail(_analyst=_analyst)
         available = min(
             total,

@@ -43,6 +43,7 @@ __all__ = [
     "noise_for_cost",
     "noisy_count",
     "noisy_sum",
+    "scientific",
 ]
 
 #: The largest noise scale or sigma drawn (2^53, about 9.0e15). Draws then stay far
@@ -192,7 +193,7 @@ def noise_for_cost(cost: object, sensitivity: int = 1) -> Noise:
     )
 
 
-def _sci(x: Fraction) -> str:
+def scientific(x: Fraction) -> str:
     """x in 3 significant digits, however large (no float overflow)."""
     return f"{Decimal(x.numerator) / Decimal(x.denominator):.3g}"
 
@@ -218,9 +219,10 @@ def _within_noise_range(cost: object, sensitivity: int) -> object:
     if ideal > MAX_NOISE_PARAMETER:
         what = {"scale": "epsilon", "sigma": "rho" if isinstance(cost, ZCDP) else "mu"}[name]
         given = getattr(cost, what)
+        shown = sensitivity if sensitivity < 10**15 else scientific(Fraction(sensitivity))
         raise InvalidParameter(
-            f"{what}={given:g} at sensitivity {sensitivity} needs noise of {name} "
-            f"{_sci(ideal)}, beyond the largest supported {_sci(Fraction(MAX_NOISE_PARAMETER))}: "
+            f"{what}={given:g} at sensitivity {shown} needs noise of {name} "
+            f"{scientific(ideal)}, beyond the largest supported {scientific(Fraction(MAX_NOISE_PARAMETER))}: "
             f"such an answer would be pure noise; spend more {what} on it"
         )
     if isinstance(cost, ZCDP):

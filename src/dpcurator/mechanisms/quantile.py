@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.errors import InvalidParameter
+from dpcurator.mechanisms.noisy import MAX_NOISE_PARAMETER, scientific
 from dpcurator.mechanisms.randomness import INT64_LIMIT, RandomSource
 from dpcurator.mechanisms.selection import exponential_mechanism, permute_and_flip
 from dpcurator.queries.statistics import MAX_Q_DENOMINATOR, quantile_fraction
@@ -117,10 +120,31 @@ class QuantileMechanism:
 
 @lru_cache(maxsize=1024)
 def _rank_bound(x_per_row: Fraction, m_over_beta: Fraction) -> int:
-    t = max(0, math.ceil(math.log(float(m_over_beta)) / float(x_per_row)))
-    while not _exp_at_least(x_per_row * t, m_over_beta):
-        t += 1
-    return t
+    """The smallest t with e^{x t} >= M / beta (as :func:`_exp_at_least` certifies it),
+    in O(log t) exact checks: steps that double away from the float guess until one t
+    fails and one holds, then bisection. (Stepping by one from the guess never ends when
+    x is tiny and the guess a little low: each step adds only x to the exponent.)"""
+
+    def holds(t: int) -> bool:
+        return t >= 0 and _exp_at_least(x_per_row * t, m_over_beta)
+
+    if m_over_beta <= 1:
+        return 0
+    log_bound = math.log(m_over_beta.numerator) - math.log(m_over_beta.denominator)
+    guess = max(0, math.ceil(Fraction(log_bound) / x_per_row))  # exact: no float overflow
+    step = max(1, guess >> 40)
+    lo, hi = guess - step, guess  # wanted: lo fails, hi holds
+    while not holds(hi):
+        deadlines.check()
+        lo, hi, step = hi, hi + step, 2 * step
+    while holds(lo):  # t = 0 fails (M / beta > 1), so this ends
+        deadlines.check()
+        hi, lo, step = lo, max(-1, lo - step), 2 * step
+    while hi - lo > 1:
+        deadlines.check()
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return hi
 
 
 def _exp_at_least(x: Fraction, bound: Fraction) -> bool:
@@ -138,18 +162,36 @@ def _exp_at_least(x: Fraction, bound: Fraction) -> bool:
     return True
 
 
-def quantile_mechanism(currency: str, amount: Fraction, sensitivity: int) -> QuantileMechanism:
+def quantile_mechanism(
+    currency: str, amount: Fraction, sensitivity: int, denominator: int = 1
+) -> QuantileMechanism:
     """The selection that spends at most ``amount`` (epsilon, rho or mu^2) on a score of
-    the given sensitivity (see the module docstring for each currency's theorem)."""
-    if amount <= 0 or sensitivity < 1:
+    the given sensitivity, in units of 1/``denominator`` rows (q's denominator b; see the
+    module docstring for each currency's theorem).
+
+    Refused, like a count's noise, when its rank error's scale 1/(eta b) rows would pass
+    :data:`~dpcurator.mechanisms.noisy.MAX_NOISE_PARAMETER`: such a selection is a
+    uniform draw in all but name, and its exact accuracy bound is out of reach."""
+    if amount <= 0 or sensitivity < 1 or denominator < 1:
         raise InvalidParameter("a quantile needs a positive cost and sensitivity")
     if currency == "epsilon":
-        return QuantileMechanism("permute_and_flip", Fraction(amount), sensitivity)
-    if currency == "rho":
-        return QuantileMechanism("exponential_mechanism", _eps_of_rho(amount), sensitivity)
-    if currency == "mu":
-        return QuantileMechanism("permute_and_flip", _eps_of_mu_squared(amount), sensitivity)
-    raise InvalidParameter(f"unknown currency {currency!r}")
+        mech = QuantileMechanism("permute_and_flip", Fraction(amount), sensitivity)
+    elif currency == "rho":
+        mech = QuantileMechanism("exponential_mechanism", _eps_of_rho(amount), sensitivity)
+    elif currency == "mu":
+        mech = QuantileMechanism("permute_and_flip", _eps_of_mu_squared(amount), sensitivity)
+    else:
+        raise InvalidParameter(f"unknown currency {currency!r}")
+    scale = 1 / (mech.rate * denominator)
+    if scale > MAX_NOISE_PARAMETER:
+        shown = Decimal(amount.numerator) / Decimal(amount.denominator)
+        given = f"{shown.sqrt() if currency == 'mu' else shown:.3g}"
+        raise InvalidParameter(
+            f"{currency}={given} makes a quantile's rank error of scale {scientific(scale)} rows, "
+            f"beyond the largest supported {scientific(Fraction(MAX_NOISE_PARAMETER))}: such an "
+            f"answer would be pure noise; spend more {currency} on it"
+        )
+    return mech
 
 
 def _grid_floor(x: float) -> tuple[int, int]:

@@ -18,6 +18,7 @@ planner gives it a cost as it would a count of that coverage with the line's wei
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,14 +51,15 @@ _KEYWORDS = {"where", "by", "candidates"}
 def quantile_fraction(q: object, name: str = "q") -> Fraction:
     """q in [0, 1] as the exact decimal it is written as (0.25 is 1/4), at most six
     decimal places (so that scores stay small integers)."""
-    if isinstance(q, bool) or not isinstance(q, int | float | Fraction):
+    if isinstance(q, bool) or not isinstance(q, numbers.Real):
         raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
-    if isinstance(q, float):
-        if not math.isfinite(q):
-            raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
-        f = Fraction(repr(q))
-    else:
+    if isinstance(q, Fraction | numbers.Integral):  # numpy's integers too
         f = Fraction(q)
+    else:  # a float as written: numpy's floats too (their repr is not a decimal)
+        x = float(q)
+        if not math.isfinite(x):
+            raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
+        f = Fraction(repr(x))
     if not 0 <= f <= 1:
         raise InvalidParameter(f"{name} must be a number in [0, 1], got {q!r}")
     if MAX_Q_DENOMINATOR % f.denominator:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from dpcurator.errors import InvalidParameter
 from dpcurator.planner.allocation import _limits  # one BLAS thread: L-BFGS-B's calls are tiny
 
 #: Relative lower bound on a table's share of the budget during the search (so that no
@@ -95,7 +96,8 @@ def minimise_weighted(
             val = float(omega @ fn(c)[0])
             if val < best_f:
                 best_c, best_f = c, val
-    assert best_c is not None
+    if best_c is None:  # every start's error overflows: no cost split is meaningful
+        raise InvalidParameter(f"a budget of {budget:.3g} is too small to plan these measurements")
     return best_c, best_f
 
 
