@@ -18,6 +18,8 @@ one strictness of ours: the user information ends at the last ``@`` before the f
 ``?`` would otherwise be read as a host, a database or a parameter, and shown as one;
 such a URL is refused by a message that quotes none of it. Percent-escapes are decoded
 strictly (a ``%`` not followed by two hex digits is refused, without quoting the text).
+An ``&`` in a password parameter must be written ``%26``: unencoded, it starts another
+parameter; a tail that is no parameter of libpq's is refused without being shown.
 """
 
 from __future__ import annotations
@@ -132,7 +134,12 @@ def read_url(url: str) -> LedgerURL:
     public_q: list[str] = []
     query_secret = False
     for piece in query.split("&") if query else []:
-        name_raw, _, value_raw = piece.partition("=")
+        name_raw, eq, value_raw = piece.partition("=")
+        if not eq:  # libpq refuses it too; it may be the tail of a password with an &
+            raise LedgerError(
+                f"ledger {base}: a parameter without = (write & in a password as %26); "
+                "the parameters are not shown"
+            )
         name = _decoded(name_raw)
         if name is None:
             raise LedgerError(
