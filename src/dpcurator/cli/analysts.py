@@ -2,8 +2,9 @@
 
 Analysts and the hashes of their tokens live in the ledger (a file, or a PostgreSQL
 database several servers share), in its verified chain; every running server sees a
-change at its next request. A token is printed once, by
-``add``, as the last line of its output (``--json``: ``{"name": ..., "token": ...}``).
+change at its next request. The ledger is given as ``LEDGER`` or ``--ledger LEDGER``. A
+token is printed once, by ``add``, as the last line of its output (``--json``:
+``{"name": ..., "token": ...}``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 from fractions import Fraction
 
+from dpcurator.cli import options
 from dpcurator.errors import InvalidParameter
 
 _LEDGER_HELP = "the curator's ledger: a file, or postgresql://user@host/dbname[?schema=NAME]"
@@ -27,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="register an analyst and print a new token")
     add.add_argument("name", metavar="NAME")
-    add.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
+    options.add_ledger(add, _LEDGER_HELP)
     add.add_argument(
         "--quota", type=float, metavar="Q", help="her own budget, in the ledger's currency"
     )
@@ -35,12 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--json", action="store_true", help='print {"name": ..., "token": ...}')
     add.set_defaults(handler=_add)
     ls = actions.add_parser("list", help="every analyst, quota, role and whether active")
-    ls.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
+    options.add_ledger(ls, _LEDGER_HELP)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=_list)
     rv = actions.add_parser("revoke", help="stop an analyst's token from working, at once")
     rv.add_argument("name", metavar="NAME")
-    rv.add_argument("--ledger", required=True, metavar="LEDGER", help=_LEDGER_HELP)
+    options.add_ledger(rv, _LEDGER_HELP)
     rv.set_defaults(handler=_revoke)
 
 
@@ -64,7 +66,7 @@ def _add(args: argparse.Namespace) -> int:
     from dpcurator.curator.requests import analyst_name
 
     name = analyst_name(args.name)  # the names the curator and the service accept
-    led = _open(args.ledger)
+    led = _open(options.ledger_from(args))
     try:
         token = led.add_credential(name, quota=_additive(led, args.quota), admin=args.admin)
     finally:
@@ -79,7 +81,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    led = _open(args.ledger)
+    led = _open(options.ledger_from(args))
     try:
         creds = led.credentials()
         mu = led.identity.get("currency") == "mu"
@@ -108,7 +110,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    led = _open(args.ledger)
+    led = _open(options.ledger_from(args))
     try:
         if args.name not in {c.name for c in led.credentials()}:
             raise InvalidParameter(f"no analyst {args.name!r} in {led.path}")

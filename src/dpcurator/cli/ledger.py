@@ -1,8 +1,9 @@
 """``dpcurator ledger ACTION``: read and look after a curator's ledger.
 
 A ledger is named as everywhere else: a file path (or ``sqlite:///PATH``), or
-``postgresql://user@host/dbname[?schema=NAME]``; messages and output name it without its
-password.
+``postgresql://user@host/dbname[?schema=NAME]``, given as ``LEDGER`` (``SRC``) or as
+``--ledger LEDGER``; messages and output name it without its password or any
+``*password*`` parameter.
 
 A group of actions, each a ``_register_<action>(actions)`` function below listed in
 :data:`ACTIONS`; each sets ``handler`` to a function ``(args) -> int``. Errors are
@@ -26,10 +27,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpcurator.cli import output
+from dpcurator.cli import options, output
 from dpcurator.curator.ledger import Ledger, backup_ledger, copy_ledger
 from dpcurator.curator.stores import is_url, location_of, target_of
-from dpcurator.errors import LedgerError, QueryError
+from dpcurator.errors import InvalidParameter, LedgerError, QueryError
 
 _LEDGER_HELP = "the ledger: a file, or postgresql://user@host/dbname[?schema=NAME]"
 
@@ -62,8 +63,8 @@ def _register_backup(actions: argparse._SubParsersAction) -> None:
         epilog=_BACKUP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("src", metavar="SRC", help=_LEDGER_HELP)
-    p.add_argument("dst", metavar="DST", help="the new file (refused if it exists)")
+    options.add_ledger(p, _LEDGER_HELP, positional="src")
+    p.add_argument("dst", nargs="?", metavar="DST", help="the new file (refused if it exists)")
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     p.set_defaults(handler=_backup)
 
@@ -77,8 +78,10 @@ def _register_copy(actions: argparse._SubParsersAction) -> None:
         epilog=_COPY_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("src", metavar="SRC", help=_LEDGER_HELP)
-    p.add_argument("dst", metavar="DST", help="where the copy goes: a file or a PostgreSQL URL")
+    options.add_ledger(p, _LEDGER_HELP, positional="src")
+    p.add_argument(
+        "dst", nargs="?", metavar="DST", help="where the copy goes: a file or a PostgreSQL URL"
+    )
     p.add_argument("--force", action="store_true", help="replace a ledger DST already holds")
     p.set_defaults(handler=_copy)
 
@@ -92,7 +95,17 @@ def _existing(ledger: str) -> str:
     return ledger
 
 
+def _source_and_target(args: argparse.Namespace) -> tuple[str, str]:
+    """SRC and DST, given as ``SRC DST`` or as ``--ledger SRC DST``."""
+    if args.ledger_option is not None and args.dst is None:
+        args.src, args.dst = None, args.src  # the one positional argument is DST
+    if args.dst is None:
+        raise InvalidParameter("give SRC and DST (or --ledger SRC DST)")
+    return options.ledger_from(args, "src"), args.dst
+
+
 def _backup(args: argparse.Namespace) -> int:
+    args.src, args.dst = _source_and_target(args)
     _existing(args.src)
     dst = target_of(args.dst)
     assert dst is not None
@@ -112,6 +125,7 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _copy(args: argparse.Namespace) -> int:
+    args.src, args.dst = _source_and_target(args)
     _existing(args.src)
     dst = target_of(args.dst)
     assert dst is not None
@@ -148,7 +162,7 @@ def _open_ledger(ledger: str) -> Ledger:
 
 
 def _add_file(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ledger", metavar="LEDGER", help=_LEDGER_HELP)
+    options.add_ledger(p, _LEDGER_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -210,7 +224,7 @@ def _show(args: argparse.Namespace) -> int:
         raise LedgerError("--table goes with --query")
     if args.plot:
         output.check_writable(args.plot, "--plot")
-    led = _open_ledger(args.ledger)
+    led = _open_ledger(options.ledger_from(args))
     try:
         ident = led.identity
         rows = led.charges_after(0)
@@ -336,7 +350,7 @@ def _when(created: float) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    led = _open_ledger(args.ledger)
+    led = _open_ledger(options.ledger_from(args))
     try:
         cur = str(led.identity.get("currency"))
         if args.analyst is not None and args.analyst not in led.analysts():
@@ -386,7 +400,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _analysts(args: argparse.Namespace) -> int:
-    led = _open_ledger(args.ledger)
+    led = _open_ledger(options.ledger_from(args))
     try:
         cur = str(led.identity.get("currency"))
         creds = led.credentials()

@@ -1,4 +1,5 @@
-"""Options that several subcommands share: the budget, and how to load a data file."""
+"""Options that several subcommands share: the budget, how to load a data file, and the
+ledger (``LEDGER`` or ``--ledger LEDGER``, whichever is typed)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,32 @@ def add_loading(p: argparse.ArgumentParser) -> None:
         help="Spark master for --backend spark, e.g. spark://host:7077 or local[4] "
         "(default: a local session)",
     )
+
+
+def add_ledger(p: argparse.ArgumentParser, help: str, *, positional: str = "ledger") -> None:
+    """The ledger, as a positional argument (its ``dest`` is ``positional``; may be left
+    out) or as ``--ledger LEDGER``: both forms work everywhere (:func:`ledger_from`)."""
+    p.add_argument(positional, nargs="?", metavar=positional.upper(), help=help)
+    p.add_argument(
+        "--ledger",
+        dest="ledger_option",
+        metavar="LEDGER",
+        help=f"the same as {positional.upper()}",
+    )
+
+
+def ledger_from(args: argparse.Namespace, positional: str = "ledger") -> str:
+    """The ledger given by ``add_ledger``'s two forms: either, or both if the same."""
+    given, option = getattr(args, positional), args.ledger_option
+    if given is not None and option is not None and given != option:
+        # never quoted: either may hold a password
+        raise InvalidParameter(
+            f"give the ledger once: {positional.upper()} and --ledger name different ledgers"
+        )
+    ledger = option if given is None else given
+    if ledger is None:
+        raise InvalidParameter(f"give the ledger: {positional.upper()} or --ledger LEDGER")
+    return ledger
 
 
 def budget_from(args: argparse.Namespace):

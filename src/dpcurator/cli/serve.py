@@ -285,15 +285,25 @@ def _stoppable_server(config: Any, curator: Any) -> Any:
 
 def _analysts_line(curator: Any, ledger: str) -> str:
     """Who can use the server, and how to add someone: a fresh ledger has no analyst,
-    and nothing else would tell the custodian that no request can be answered yet."""
-    add = f"dpcurator analysts add NAME --ledger {shlex.quote(ledger)}"
+    and nothing else would tell the custodian that no request can be answered yet. The
+    command names the ledger with ``PASSWORD`` in place of each secret of its URL."""
+    from dpcurator.curator.stores import template_of
+
+    shown = template_of(ledger)
+    add = f"`dpcurator analysts add NAME --ledger {shlex.quote(shown)}`"
+    note = (
+        ""
+        if shown == ledger
+        else "; PASSWORD there stands for the ledger's password (or leave it out and use a "
+        "passfile or PGPASSWORD)"
+    )
     n = sum(1 for a in curator.ledger.credentials() if a.active)
     if n == 0:
         return (
-            f"analysts: none yet, so no request can be answered; add one with `{add}` "
-            "(it prints her token; this server sees her at her next request)"
+            f"analysts: none yet, so no request can be answered; add one with {add} "
+            f"(it prints her token; this server sees her at her next request){note}"
         )
-    return f"analysts: {n} with a working token; add another with `{add}`"
+    return f"analysts: {n} with a working token; add another with {add}{note}"
 
 
 class _Stopped(Exception):

@@ -165,11 +165,6 @@ def _initial_meta(identity: str) -> list[tuple[str, str]]:
     ]
 
 
-def _say(err: BaseException) -> str:
-    """A driver's error on one line."""
-    return " ".join(str(err).split())
-
-
 def _retried(method: F) -> F:
     """Run a write of the ledger's own again when the database aborted it (nothing was
     written), a few times; inside a caller's transaction, the caller decides."""
@@ -298,7 +293,9 @@ class Ledger:
         except BaseException as err:
             self._store.close()
             if isinstance(err, self._store.errors):
-                raise LedgerError(f"ledger {self.path}: cannot be used: {_say(err)}") from None
+                raise LedgerError(
+                    f"ledger {self.path}: cannot be used: {self._store.say(err)}"
+                ) from None
             raise
 
     # --- opening and verifying --------------------------------------------------------
@@ -408,7 +405,7 @@ class Ledger:
         )
 
     def _unreadable(self, err: BaseException) -> LedgerError:
-        return LedgerError(f"ledger {self.path}: cannot be read: {_say(err)}")
+        return LedgerError(f"ledger {self.path}: cannot be read: {self._store.say(err)}")
 
     def _stored_hash(self, value: object, what: str) -> bytes:
         try:
@@ -621,9 +618,9 @@ class Ledger:
         if self._store.retryable(err, committing=committing):
             return TransactionAborted(
                 f"ledger {self.path}: the database aborted the transaction, nothing was "
-                f"written: {_say(err)}"
+                f"written: {self._store.say(err)}"
             )
-        return LedgerError(f"ledger {self.path}: cannot be written: {_say(err)}")
+        return LedgerError(f"ledger {self.path}: cannot be written: {self._store.say(err)}")
 
     @contextmanager
     def _write(self) -> Iterator[None]:

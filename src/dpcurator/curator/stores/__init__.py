@@ -3,8 +3,11 @@
 - a path, or ``sqlite:///PATH`` (``sqlite:////srv/l.db`` for an absolute path): an SQLite
   file on this host, the embedded default (:mod:`.sqlite`); ``None`` or ``":memory:"``:
   a ledger in memory that dies with the process;
-- ``postgresql://user@host:port/dbname[?schema=NAME]``: a PostgreSQL database that
-  several servers on several hosts share (:mod:`.postgres`, the ``postgres`` extra).
+- ``postgresql://user@host:port/dbname[?schema=NAME]`` (or libpq's
+  ``postgresql:///dbname?host=/run/postgresql``): a PostgreSQL database that several
+  servers on several hosts share (:mod:`.postgres`, the ``postgres`` extra). Messages
+  and outputs name it without its password or any ``*password*`` parameter
+  (:func:`location_of`).
 
 A store runs transactions and knows its tables; the hash chains, their verification and
 everything a charge means live in :mod:`dpcurator.curator.ledger`, the same for both.
@@ -12,6 +15,7 @@ everything a charge means live in :mod:`dpcurator.curator.ledger`, the same for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -29,6 +33,7 @@ __all__ = [
     "location_of",
     "open_store",
     "target_of",
+    "template_of",
     "write_copy",
 ]
 
@@ -53,10 +58,14 @@ class Store(Protocol):
     def retryable(self, err: BaseException, *, committing: bool) -> bool: ...
     def read_now(self, read: Callable[[Rows], T]) -> T: ...
     def same_place(self, target: str) -> bool: ...
+    def say(self, err: BaseException) -> str: ...
     def close(self) -> None: ...
 
 
 _SQLITE = "sqlite:///"
+#: A PostgreSQL URL mistyped (``postgresql:/...``, ``postgres//...``): refused rather than
+#: taken for a file name, which messages would print with its password.
+_MISTYPED = re.compile(r"(?i)postgres(ql)?(:|//)")
 
 
 def is_url(target: str) -> bool:
@@ -75,24 +84,44 @@ def target_of(target: str | Path | None) -> str | None:
         if not path:
             raise LedgerError(f"ledger {text}: give a file after sqlite:///")
         return path
-    if "://" in text and not is_url(text):
-        scheme = text.split("://", 1)[0]
+    if is_url(text):
+        return text
+    if "://" in text:
+        from dpcurator.curator.stores.postgres_text import unknown_scheme
+
         raise LedgerError(
-            f"ledger {text}: unknown kind of ledger {scheme!r}; give a file path, "
+            f"{unknown_scheme(text)}; give a file path, "
             "sqlite:///PATH or postgresql://user@host/dbname"
+        )
+    if _MISTYPED.match(text):
+        raise LedgerError(
+            "the ledger URL: write it postgresql://user@host/dbname (a scheme, then ://)"
         )
     return text
 
 
 def location_of(target: str) -> str:
-    """How messages name the ledger at ``target`` (a URL without its password)."""
+    """How messages name the ledger at ``target``: a file as given, a URL without its
+    password or any ``*password*`` parameter."""
     name = target_of(target)
     assert name is not None
     if is_url(name):
-        from dpcurator.curator.stores.postgres import parse
+        from dpcurator.curator.stores.postgres_text import read_url
 
-        return parse(name)[2]
+        return read_url(name).shown
     return name
+
+
+def template_of(target: str) -> str:
+    """``target`` as a command to type again may show it: a URL with ``PASSWORD`` in
+    place of each secret."""
+    name = target_of(target)
+    assert name is not None
+    if is_url(name):
+        from dpcurator.curator.stores.postgres_text import read_url
+
+        return read_url(name).template
+    return str(target)
 
 
 def open_store(target: str | Path | None, initial_meta: Sequence[tuple[str, str]] | None) -> Store:

@@ -1,7 +1,10 @@
 """A ledger several servers share: one schema of a PostgreSQL database (psycopg 3).
 
-``postgresql://user@host:port/dbname?schema=NAME`` (the schema defaults to
-``dpcurator``; every other parameter is libpq's). The three tables are those of the
+``postgresql://user@host:port/dbname?schema=NAME`` or libpq's
+``postgresql:///dbname?host=/run/postgresql&port=5433`` (the schema defaults to
+``dpcurator``; every other parameter is libpq's). No secret of the URL (its password,
+``password=``, ``sslpassword=``) is ever shown, nor any text of the driver's errors that
+could hold one (:mod:`.postgres_text`). The three tables are those of the
 SQLite ledger, with the same CHECK constraints, so rows, hashes and chains are the
 same in both stores.
 
@@ -34,15 +37,14 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from dpcurator.curator.stores import is_url
+from dpcurator.curator.stores.postgres_text import LedgerURL, read_url, reword, with_schema
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.errors import LedgerError
 
 T = TypeVar("T")
 
-DEFAULT_SCHEMA = "dpcurator"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _LEDGER_TABLES = frozenset({"meta", "analysts", "charges"})
 
@@ -152,46 +154,36 @@ def _driver() -> Any:
     return psycopg
 
 
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
-
-
-def parse(url: str) -> tuple[str, str, str]:
-    """(libpq connection string with dpcurator's defaults, schema, the URL as shown in
-    messages: no password)."""
+def parse(url: str) -> tuple[str, LedgerURL]:
+    """(libpq connection string with dpcurator's defaults, the URL read: its schema and
+    the form messages show, without any secret; see :mod:`.postgres_text`)."""
     psycopg = _driver()
-    try:
-        parts = urlsplit(url)
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as err:
-        raise LedgerError(f"ledger URL: cannot be parsed: {err}") from None
-    schema = DEFAULT_SCHEMA
-    rest = []
-    for k, v in pairs:
-        if k == "schema":
-            schema = v
-        else:
-            rest.append((k, v))
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}@{host}"
-    shown = [(k, v) for k, v in pairs if k != "password"]
-    location = urlunsplit((parts.scheme, netloc, parts.path, urlencode(shown), ""))
-    if not _SCHEMA_NAME.fullmatch(schema):
+    read = read_url(url)
+    shown = read.shown
+    if not _SCHEMA_NAME.fullmatch(read.schema):
         raise LedgerError(
-            f"ledger {location}: schema={schema!r} must be 1 to 63 lower-case letters, "
+            f"ledger {shown}: schema={read.schema!r} must be 1 to 63 lower-case letters, "
             "digits and _, not starting with a digit"
         )
     try:
-        params = psycopg.conninfo.conninfo_to_dict(
-            urlunsplit(parts._replace(query=urlencode(rest)))
-        )
+        params = psycopg.conninfo.conninfo_to_dict(read.public)
     except psycopg.Error as err:
-        raise LedgerError(f"ledger {location}: not a valid URL: {_one_line(err)}") from None
+        if read.query_secret:
+            # an & written unencoded in a password parameter makes its tail a parameter
+            # of its own, which libpq would name: then neither its words nor the
+            # parameters are shown
+            raise LedgerError(
+                f"ledger {shown.partition('?')[0]}: not a valid URL: libpq cannot read its "
+                "hosts, ports or parameters (write & in a password as %26)"
+            ) from None
+        raise LedgerError(f"ledger {shown}: not a valid URL: {reword(err, read)}") from None
+    params.update(read.secret_params)
     for k, v in _DEFAULTS.items():
         params.setdefault(k, v)
-    return psycopg.conninfo.make_conninfo("", **params), schema, location
+    try:
+        return psycopg.conninfo.make_conninfo("", **params), read
+    except psycopg.Error as err:
+        raise LedgerError(f"ledger {shown}: not a valid URL: {reword(err, read)}") from None
 
 
 def _key(schema: str) -> int:
@@ -211,7 +203,8 @@ class PostgresStore:
     def __init__(self, url: str, initial_meta: Sequence[tuple[str, str]] | None) -> None:
         self._psycopg = _driver()
         self.errors: tuple[type[BaseException], ...] = (self._psycopg.Error,)
-        self._conninfo, self.schema, self.location = parse(url)
+        self._conninfo, self._url = parse(url)
+        self.schema, self.location = self._url.schema, self._url.shown
         self._key = _key(self.schema)
         self._auth: Any = None
         try:
@@ -223,7 +216,11 @@ class PostgresStore:
                 self._conn.close()
                 raise
         except self._psycopg.Error as err:
-            raise LedgerError(f"ledger {self.location}: cannot be used: {_one_line(err)}") from None
+            raise LedgerError(f"ledger {self.location}: cannot be used: {self.say(err)}") from None
+
+    def say(self, err: BaseException) -> str:
+        """The driver's error ``err`` in a message's words: never any secret of the URL."""
+        return reword(err, self._url)
 
     def _connect(self) -> Any:
         conn = self._psycopg.connect(self._conninfo, autocommit=True)
@@ -375,7 +372,8 @@ class PostgresStore:
     def same_place(self, target: str) -> bool:
         if not is_url(target):
             return False
-        conninfo, schema, _ = parse(target)
+        conninfo, theirs_url = parse(target)
+        schema = theirs_url.schema
         mine = self._psycopg.conninfo.conninfo_to_dict(self._conninfo)
         theirs = self._psycopg.conninfo.conninfo_to_dict(conninfo)
         keys = ("host", "hostaddr", "port", "dbname")
@@ -391,12 +389,13 @@ def write_copy(
     only if ``force``; one that holds other relations is never touched."""
     psycopg = _driver()
     sql = psycopg.sql
-    conninfo, schema, location = parse(target)
+    conninfo, url = parse(target)
+    schema, location = url.schema, url.shown
     scratch = f"dpcurator_copy_{secrets.token_hex(6)}"
     try:
         conn = psycopg.connect(conninfo, autocommit=True)
     except psycopg.Error as err:
-        raise LedgerError(f"{label} {location}: cannot connect: {_one_line(err)}") from None
+        raise LedgerError(f"{label} {location}: cannot connect: {reword(err, url)}") from None
     try:
         conn.execute(_SESSION)
         _refuse_occupied(conn, schema, location, force=force, label=label)
@@ -406,9 +405,7 @@ def write_copy(
             for statement in _TABLES:
                 conn.execute(statement)
             Rows(conn, "%s").load(dump)
-        parts = urlsplit(target)
-        pairs = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
-        verify(urlunsplit(parts._replace(query=urlencode([*pairs, ("schema", scratch)]))))
+        verify(with_schema(target, scratch))
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_key(schema),))
             old = _refuse_occupied(conn, schema, location, force=force, label=label)
@@ -426,7 +423,7 @@ def write_copy(
                     )
                 )
     except psycopg.Error as err:
-        raise LedgerError(f"{label} {location}: cannot write it: {_one_line(err)}") from None
+        raise LedgerError(f"{label} {location}: cannot write it: {reword(err, url)}") from None
     finally:
         with contextlib.suppress(psycopg.Error):
             conn.execute(

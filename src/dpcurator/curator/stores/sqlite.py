@@ -102,6 +102,10 @@ class SQLiteStore:
         except sqlite3.DatabaseError as err:
             raise LedgerError(f"ledger {self.location}: cannot be used: {err}") from None
 
+    def say(self, err: BaseException) -> str:
+        """SQLite's error ``err`` on one line (it names a file, never a secret)."""
+        return " ".join(str(err).split())
+
     # --- what is there ---------------------------------------------------------------
 
     def tables(self) -> list[str]:
