@@ -471,8 +471,8 @@ def statistic_record(p: PreparedStatistic, results: Sequence[Statistic]) -> dict
     the groups' conditions are left out, being implied by ``by`` and the public schema
     (:func:`group_labels`' order), and each result is one row of ``columns``:
     ``{"statistic", "by", "groups", "columns", "rows"}``. A mean by 17,760 groups is then
-    0.8 MB rather than 2.1 MB, a median by them 0.2 MB rather than 1.3 MB: the ledger
-    (and every replica's sync, and every verification) reads what it needs to."""
+    0.8 MB rather than 2.1 MB, a median (20 candidates) by them 0.25 MB rather than 1.3 MB:
+    what the ledger, every replica's sync and every verification read."""
     records = [record(r) for r in results]
     if not p.by:
         return {"statistic": p.kind, "results": records}
