@@ -595,7 +595,8 @@ class Curator(StatisticRequests, WorkloadRequests):
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
         # the cells cover the whole domain (queries.histogram): the request covers `base`
-        covs = requests.histogram_bins(attr, bins, *self.limits.cell_cap)
+        cap, limit = self.limits.cell_cap
+        covs = requests.histogram_bins(attr, bins, cap, f"{limit} = {cap}")
         request = f"histogram({attr.name})"
         if bins is not None:  # the edges as charged: clamped to the domain
             ends = [c[0] for c in covs if c[0][0] < attr.value_count]
@@ -633,7 +634,7 @@ class Curator(StatisticRequests, WorkloadRequests):
         n = math.prod(a.size for a in attrs)
         cap, limit = self.limits.cell_cap
         if n > cap:
-            raise TooLarge(f"a marginal of {n} cells exceeds the limit {limit}")
+            raise TooLarge(f"a marginal of {n} cells exceeds the limit {limit} = {cap}")
         cells, labels = _cells(
             base,
             (

@@ -57,12 +57,12 @@ class RequestLimits:
 
     @property
     def cell_cap(self) -> tuple[int, str]:
-        """The most cells one table, statistic or line may have, and the limit that says
-        so (``max_cells = N``, or ``max_request_cells = N`` when that is smaller: a
-        request of one line is the whole request)."""
+        """The most cells one table, statistic or line may have, and the name of the
+        limit that says so: ``max_cells``, or ``max_request_cells`` when that is smaller
+        (a request of one line is the whole request)."""
         if self.max_request_cells < self.max_cells:
-            return self.max_request_cells, f"max_request_cells = {self.max_request_cells}"
-        return self.max_cells, f"max_cells = {self.max_cells}"
+            return self.max_request_cells, "max_request_cells"
+        return self.max_cells, "max_cells"
 
     def check_request(self, cells: int, what: str) -> None:
         """Refuse a request asking for more than ``max_request_cells`` cells in all

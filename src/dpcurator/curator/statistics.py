@@ -147,7 +147,7 @@ class StatisticCore:
         cells = math.prod(a.size for a in attrs)
         cap, limit = self.limits.cell_cap
         if cells > cap:
-            raise TooLarge(f"by={names} makes {cells} groups, over the limit {limit}")
+            raise TooLarge(f"by={names} makes {cells} groups, over the limit {limit} = {cap}")
         return tuple(names), tuple(group_labels(attrs))
 
     def _base(
@@ -258,11 +258,12 @@ class StatisticCore:
         if candidates is None:
             if attr.size > cap:
                 raise TooLarge(
-                    f"{name!r} has {attr.size} values, over the limit {limit}: give candidates="
+                    f"{name!r} has {attr.size} values, over the limit {limit} = {cap}: "
+                    "give candidates="
                 )
             pos = [p for p in range(attr.size) if p != missing]
         else:
-            given = requests.bounded_list(candidates, cap, "candidates", limit.split()[0])
+            given = requests.bounded_list(candidates, cap, "candidates", limit)
             pos = sorted({self._position(attr, v) for v in given})
             if missing in pos:
                 raise QueryError(f"candidate {attr.missing!r} is {name!r}'s missing-value marker")
@@ -272,7 +273,7 @@ class StatisticCore:
         if work > cap:
             raise TooLarge(
                 f"{len(labels)} groups x {len(pos)} candidates x {len(fr)} quantiles = {work}, "
-                f"over the limit {limit}"
+                f"over the limit {limit} = {cap}"
             )
         w = requests.canonical_query(where, schema)
         base = self._base(schema, name, w)
