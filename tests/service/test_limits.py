@@ -337,6 +337,10 @@ def test_many_lines_of_grouped_means_are_413_quickly(tmp_path: Path) -> None:
         with s.client("ann") as c:
             (h,) = c.history()  # labelled as before
         assert h.answer["results"][-1]["group"] == "a = 119 AND b = 147"
+        with s.http("ann") as h:  # the dashboard labels the groups it shows
+            (shown,) = h.get("/v1/dashboard/answers").json()["answers"]
+        assert shown["cells_total"] == 120 * 148
+        assert [c["label"] for c in shown["cells"][:2]] == ["a = 0 AND b = 0", "a = 0 AND b = 1"]
 
 
 def test_the_whole_request_limit_from_the_config(tmp_path: Path) -> None:
