@@ -110,3 +110,22 @@ def test_a_bad_statistic_line_names_its_line(tmp_path, capsys):
     code, _, err = run(capsys, *base(w, ledger), "--epsilon", 1)
     assert code == 2 and f"{w}:2: unknown attribute 'nope'" in err
     assert charges(ledger) == []
+
+
+def test_a_workload_over_the_whole_request_limit_is_one_line(tmp_path, capsys):
+    """Five lines of a mean by 201,600 groups each (each within max_cells): 1,008,000
+    cells in all, over the session's max_request_cells: one line, exit 2, at once,
+    nothing charged."""
+    import time
+
+    by = "[native-country, occupation, education, race, sex, income]"
+    w = tmp_path / "w.txt"
+    w.write_text(f"mean(hours-per-week, 0, 99, by={by})\n" * 5)
+    ledger = tmp_path / "l.db"
+    t0 = time.monotonic()
+    code, _, err = run(capsys, *base(w, ledger), "--epsilon", 1)
+    assert time.monotonic() - t0 < 60  # refused from the schema, not worked through
+    assert code == 2 and err.count("\n") == 1, err
+    assert "this workload asks for 1008000 cells in all" in err
+    assert "max_request_cells = 1000000; split it" in err
+    assert charges(ledger) == []

@@ -277,3 +277,104 @@ def test_the_solver_time_limit_from_the_config(tmp_path: Path) -> None:
             e = c.estimate("count", query=hard(), epsilon=3.0)
             assert e.cost == 3.0
         assert s.charges() == 40
+
+
+def grid_table(directory: Path) -> tuple[Path, Path]:
+    """Two attributes of 120 x 148 values (a statistic by both has 17,760 groups)."""
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(4)
+    rows = [
+        f"{rng.integers(0, 120)},{rng.integers(0, 148)},{rng.integers(0, 100)}" for _ in range(2000)
+    ]
+    data = directory / "grid.csv"
+    data.write_text("a,b,v\n" + "\n".join(rows) + "\n")
+    schema = directory / "grid.json"
+    attributes = [
+        {"name": "a", "type": "integer", "min": 0, "max": 119},
+        {"name": "b", "type": "integer", "min": 0, "max": 147},
+        {"name": "v", "type": "integer", "min": 0, "max": 99},
+    ]
+    schema.write_text(json.dumps({"attributes": attributes}))
+    return data, schema
+
+
+def test_many_lines_of_grouped_means_are_413_quickly(tmp_path: Path) -> None:
+    """20 lines of a mean by 17,760 groups (355,200 groups; each line within max_cells):
+    answered in 80 s and 2 GB before the whole-request limit; now a 413 naming it, at
+    once, charging nothing. One such line is answered, within 10 s, and its ledger row
+    holds its results without their groups' conditions."""
+    import json
+    import sqlite3
+
+    mean = "mean(v, 0, 99, by=[a, b])"
+    with running(tmp_path, data=grid_table(tmp_path)) as s:
+        s.add("ann")
+        with s.http("ann") as h:
+            t0 = time.monotonic()
+            r = h.post("/v1/release", json={"workload": f"{mean}\n" * 20, "epsilon": 1}, timeout=10)
+            assert time.monotonic() - t0 < 10
+            e = assert_error(r, 413, "too_large")
+            assert e["message"] == (
+                "this workload asks for 355200 cells in all, over the limit "
+                "max_request_cells = 50000; split it"
+            )
+            assert s.charges() == 0
+            t0 = time.monotonic()
+            r = h.post("/v1/release", json={"workload": mean, "epsilon": 1}, timeout=10)
+            assert r.status_code == 200 and time.monotonic() - t0 < 10
+            (st,) = r.json()["statistics"]
+            assert len(st["results"]) == 120 * 148
+        with s.client("ann") as c, pytest.raises(TooLarge, match="max_request_cells = 50000"):
+            c.release_workload(f"{mean}\n" * 3, epsilon=1)
+        assert s.charges() == 1
+        with sqlite3.connect(s.ledger) as con:
+            (answer,) = con.execute("SELECT answer FROM charges").fetchone()
+        stored = json.loads(answer)
+        assert stored["groups"] == 120 * 148 and "results" not in stored
+        assert len(answer) < 100 * 120 * 148
+        with s.client("ann") as c:
+            (h,) = c.history()  # labelled as before
+        assert h.answer["results"][-1]["group"] == "a = 119 AND b = 147"
+        with s.http("ann") as h:  # the dashboard labels the groups it shows
+            (shown,) = h.get("/v1/dashboard/answers").json()["answers"]
+        assert shown["cells_total"] == 120 * 148
+        assert [c["label"] for c in shown["cells"][:2]] == ["a = 0 AND b = 0", "a = 0 AND b = 1"]
+
+
+def test_the_whole_request_limit_from_the_config(tmp_path: Path) -> None:
+    """[server] max_request_cells sums every line and every batch query: histograms,
+    counts and grouped statistics together; a bad value is a one-line error."""
+    config = "[server]\nmax_request_cells = 110\n"
+    with running(tmp_path, config=config) as s:
+        s.add("ann")
+        with s.http("ann") as h:
+            stats = "histogram(age)\nmean(age, 0, 99, by=[sex, region])\nmean(score, 0, 9, by=age)"
+            for path, body in (
+                ("/v1/release", {"workload": "histogram(age)\nhistogram(score)\nage < 3"}),
+                ("/v1/release", {"workload": stats}),  # 100 + 8 + 100 cells
+                ("/v1/release", {"queries": ["age < 3"] * 111, "costs": [0.01] * 111}),
+                ("/v1/marginal", {"attributes": ["age", "sex"]}),
+            ):
+                if "costs" not in body:
+                    body = {**body, "epsilon": 0.1}
+                e = assert_error(h.post(path, json=body), 413, "too_large")
+                assert "max_request_cells = 110" in e["message"], e
+            assert s.charges() == 0
+            ok = h.post(
+                "/v1/release", json={"workload": "histogram(age)\nhistogram(score)", "epsilon": 0.1}
+            )
+            assert ok.status_code == 200
+        assert s.charges() >= 1  # as the planner measured them
+    from .conftest import cli, write_people
+
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[server]\nmax_request_cells = 0\n")
+    data, schema = write_people(tmp_path / "bad")
+    ledger = tmp_path / "bad" / "ledger.db"
+    code, _, err = cli(
+        "serve", "--config", cfg, "--epsilon", 1, "--port", 0, "--ledger", ledger,
+        "--data", data, "--schema", schema,
+    )  # fmt: skip
+    assert code == 2 and "max_request_cells" in err and err.count("\n") == 1

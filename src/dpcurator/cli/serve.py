@@ -50,6 +50,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   max_cells = 50000             # cells of one histogram or marginal
   max_queries = 10000           # queries of one batch or workload (macros expanded)
   max_charges = 10000           # ledger rows one request may write
+  max_request_cells = 50000     # cells of one whole request: every line's cells,
+                                # statistics' groups (x candidates x quantiles)
   [privacy_unit]                # a person may own up to max_rows rows
   column = "user_id"
   max_rows = 3
@@ -68,6 +70,10 @@ ROOT = Path(__file__).resolve().parents[3]
 SERVER_MAX_CELLS = 50_000
 SERVER_MAX_QUERIES = 10_000
 SERVER_MAX_CHARGES = 10_000
+#: A whole request's cells (every line of a workload together, a statistic's groups):
+#: a mean by 50,000 groups takes some 5 s to answer (6.7 MB of JSON), so a request of
+#: many such lines is refused at once.
+SERVER_MAX_REQUEST_CELLS = 50_000
 #: Seconds a served request may take to be decided (it is then refused, nothing charged).
 SERVER_REQUEST_TIME_LIMIT = 10.0
 DEMO_DATA = ROOT / "examples" / "data" / "adult-sample.csv"
@@ -144,6 +150,7 @@ _KEYS = {
         "max_cells",
         "max_queries",
         "max_charges",
+        "max_request_cells",
     },
     "privacy_unit": {"column", "max_rows"},
     "tables": None,
@@ -240,6 +247,9 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
         max_cells=_positive(server, "max_cells", SERVER_MAX_CELLS, integer=True),
         max_queries=_positive(server, "max_queries", SERVER_MAX_QUERIES, integer=True),
         max_charges=_positive(server, "max_charges", SERVER_MAX_CHARGES, integer=True),
+        max_request_cells=_positive(
+            server, "max_request_cells", SERVER_MAX_REQUEST_CELLS, integer=True
+        ),
     )
 
     budget = _budget(args, cfg)

@@ -46,7 +46,7 @@ from dpcurator.curator.overlap_filter import (
 )
 from dpcurator.curator.solver_pool import SolverPool
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
-from dpcurator.curator.statistics import STATISTICS
+from dpcurator.curator.statistics import STATISTICS, expanded_record
 from dpcurator.curator.timing import timed as _timed
 from dpcurator.curator.workload_requests import WorkloadRequests
 from dpcurator.deadlines import Deadline
@@ -597,9 +597,8 @@ class Curator(StatisticRequests, WorkloadRequests):
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
         # the cells cover the whole domain (queries.histogram): the request covers `base`
-        covs = requests.histogram_bins(
-            attr, bins, self.limits.max_cells, f"max_cells = {self.limits.max_cells}"
-        )
+        cap, limit = self.limits.cell_cap
+        covs = requests.histogram_bins(attr, bins, cap, f"{limit} = {cap}")
         request = f"histogram({attr.name})"
         if bins is not None:  # the edges as charged: clamped to the domain
             ends = [c[0] for c in covs if c[0][0] < attr.value_count]
@@ -635,10 +634,9 @@ class Curator(StatisticRequests, WorkloadRequests):
         cost = self.budget.cost(epsilon, rho, mu)
         attrs = [schema.attribute(a) for a in names]
         n = math.prod(a.size for a in attrs)
-        if n > self.limits.max_cells:
-            raise TooLarge(
-                f"a marginal of {n} cells exceeds the limit max_cells = {self.limits.max_cells}"
-            )
+        cap, limit = self.limits.cell_cap
+        if n > cap:
+            raise TooLarge(f"a marginal of {n} cells exceeds the limit {limit} = {cap}")
         cells, labels = _cells(
             base,
             (
@@ -844,6 +842,7 @@ class Curator(StatisticRequests, WorkloadRequests):
                 f"a batch of {len(raw_queries)} queries would write as many ledger rows, over "
                 f"the limit max_charges = {self.limits.max_charges}"
             )
+        self.limits.check_request(len(raw_queries), f"a batch of {len(raw_queries)} queries")
         if len(raw_costs) != len(raw_queries):
             raise InvalidParameter(f"got {len(raw_costs)} costs for {len(raw_queries)} queries")
         if not raw_queries:
@@ -1023,7 +1022,7 @@ class Curator(StatisticRequests, WorkloadRequests):
                 self.budget.display(r.cost),
                 self.budget.currency,
                 r.noise,
-                r.answer,
+                expanded_record(r.answer, self._schema(r.table)),
             )
             for r in rows
             if _analyst is None or r.analyst == _analyst

@@ -28,26 +28,51 @@ MAX_QUERY_TEXT = 20_000
 MAX_CELLS = 1_000_000
 #: The most queries one batch release or workload may have (by default).
 MAX_BATCH = 1_000_000
+#: The most cells one whole request may ask for, every line of it together (by default).
+MAX_REQUEST_CELLS = 1_000_000
 
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """How much work one request may ask for: the cells of one histogram or marginal,
-    the queries of one batch or workload (macros counted as they would expand, before
-    anything is built), and the ledger rows (charges) one request may write. A server
-    sets them lower than a custodian's own session, so that a request of a few bytes
-    cannot keep it busy for minutes. A request over a limit is refused with
-    :class:`~dpcurator.errors.TooLarge` naming the limit, before anything is charged."""
+    """How much work one request may ask for: the cells of one histogram or marginal
+    (or the groups of one statistic), the queries of one batch or workload (macros
+    counted as they would expand, before anything is built), the ledger rows (charges)
+    one request may write, and the cells of the whole request, every line together
+    (``max_request_cells``: a workload of many lines each within ``max_cells`` is still
+    one request). A server sets them lower than a custodian's own session, so that a
+    request of a few bytes cannot keep it busy for minutes. A request over a limit is
+    refused with :class:`~dpcurator.errors.TooLarge` naming the limit, before any data
+    is read or anything is charged."""
 
     max_cells: int = MAX_CELLS
     max_queries: int = MAX_BATCH
     max_charges: int = MAX_BATCH
+    max_request_cells: int = MAX_REQUEST_CELLS
 
     def __post_init__(self) -> None:
-        for name in ("max_cells", "max_queries", "max_charges"):
+        for name in ("max_cells", "max_queries", "max_charges", "max_request_cells"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**8:
                 raise InvalidParameter(f"{name} must be an integer in [1, 10^8], got {v!r}")
+
+    @property
+    def cell_cap(self) -> tuple[int, str]:
+        """The most cells one table, statistic or line may have, and the name of the
+        limit that says so: ``max_cells``, or ``max_request_cells`` when that is smaller
+        (a request of one line is the whole request)."""
+        if self.max_request_cells < self.max_cells:
+            return self.max_request_cells, "max_request_cells"
+        return self.max_cells, "max_cells"
+
+    def check_request(self, cells: int, what: str) -> None:
+        """Refuse a request asking for more than ``max_request_cells`` cells in all
+        (counted from the public request alone, before anything is built, read or
+        charged). ``what`` names the request ("this workload")."""
+        if cells > self.max_request_cells:
+            raise TooLarge(
+                f"{what} asks for {cells} cells in all, over the limit "
+                f"max_request_cells = {self.max_request_cells}; split it"
+            )
 
 
 #: The longest analyst name.

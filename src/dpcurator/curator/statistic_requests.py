@@ -16,7 +16,7 @@ from typing import Any
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
 from dpcurator.curator.answers import Answer, StatisticAnswer
-from dpcurator.curator.statistics import PreparedStatistic, StatisticCore, record
+from dpcurator.curator.statistics import PreparedStatistic, StatisticCore, statistic_record
 from dpcurator.curator.timing import timed
 from dpcurator.errors import TooLarge
 from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
@@ -256,7 +256,7 @@ class StatisticRequests(StatisticCore):
             for i, p in stats:
                 results = self._measure(p)
                 values[i] = results
-                records[i] = {"statistic": p.kind, "results": [record(r) for r in results]}
+                records[i] = statistic_record(p, results)
             return [records[i] for i in range(len(batch))]
 
         charged = self._charge(table, batch, analyst, answers)  # type: ignore[attr-defined]

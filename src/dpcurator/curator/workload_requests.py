@@ -18,12 +18,33 @@ from dpcurator.curator.admission import Request
 from dpcurator.curator.answers import Answer, DerivedAnswer
 from dpcurator.curator.budget import exact_number
 from dpcurator.curator.timing import timed
-from dpcurator.errors import InvalidParameter, QueryError, TooLarge
+from dpcurator.errors import InvalidParameter, QueryError, TooLarge, WorkloadError
 from dpcurator.mechanisms.noisy import noise_for_cost
-from dpcurator.queries import Query, Workload, parse_workload_text
+from dpcurator.queries import Query, Schema, Workload, parse_workload_text
+from dpcurator.queries.statistics import StatisticSpec
 
 if TYPE_CHECKING:
     from dpcurator.planner import Plan
+
+
+def _cells(wl: Workload, schema: Schema) -> int:
+    """The cells a workload asks for in all, from its text and the public schema: one
+    per count (a histogram's or marginal's cells are its counts), and a statistic
+    line's groups (times candidates x quantiles for a quantile)."""
+    stats = wl.statistics
+    if not stats:
+        return len(wl.queries)
+    if not isinstance(stats, tuple) or len(stats) != len(wl.queries):
+        raise WorkloadError("a workload's statistics must be one entry per query")
+    total = 0
+    for spec in stats:
+        if spec is None:
+            total += 1
+        elif isinstance(spec, StatisticSpec):
+            total += spec.cells(schema)
+        else:
+            raise WorkloadError("a workload's statistics must be StatisticSpec entries or None")
+    return total
 
 
 class WorkloadRequests:
@@ -87,6 +108,7 @@ class WorkloadRequests:
         for q in wl.queries:
             if q.schema != schema:
                 raise QueryError("the workload was parsed against another schema than this table's")
+        self.limits.check_request(_cells(wl, schema), "this workload")
         if (
             isinstance(time_limit, bool)
             or not isinstance(time_limit, int | float)

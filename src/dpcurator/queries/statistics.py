@@ -97,6 +97,28 @@ class StatisticSpec:
             d["candidates"] = list(self.candidates)
         return d
 
+    def cells(self, schema: Schema) -> int:
+        """The cells this line asks for, from the public schema alone: one per group of
+        ``by``, times candidates x quantiles for a quantile (the scores its selections
+        compute). What a request's total is counted in, before anything is built."""
+        by = [self.by] if isinstance(self.by, str) else self.by
+        if not isinstance(by, tuple | list):
+            raise QueryError(f"by must be a list of attribute names, got {by!r}")
+        for n in (self.attribute, *by):
+            if not isinstance(n, str) or n not in schema:
+                raise QueryError(f"unknown attribute {n!r}")
+        groups = math.prod(schema.attribute(n).size for n in set(by))
+        if self.kind in ("mean", "variance", "stdev"):
+            return groups
+        attr = schema.attribute(self.attribute)
+        if self.candidates is None:
+            choices = attr.size - (attr.missing is not None)
+        elif isinstance(self.candidates, tuple | list):
+            choices = len(self.candidates)
+        else:
+            raise QueryError(f"candidates must be a list, got {self.candidates!r}")
+        return groups * choices * max(1, len(self.qs))
+
 
 def statistic_coverage(
     schema: Schema, attribute: str, where: Query | BooleanQuery, text: str | None = None

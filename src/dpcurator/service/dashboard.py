@@ -52,6 +52,7 @@ from dpcurator.curator.landscape import (
     worst_loss,
 )
 from dpcurator.curator.ledger import ChargeRow
+from dpcurator.curator.statistics import recorded_results
 from dpcurator.errors import DpCuratorError, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from dpcurator.service import charts
@@ -427,10 +428,11 @@ class Dashboard:
             derived = answer.get("derived") if release is not None else None
             if release is not None:
                 answer = answer.get("cells") if isinstance(answer.get("cells"), dict) else {}
-            results = answer.get("results") if "statistic" in answer else None
-            if isinstance(results, list):  # a mean, variance, stdev or quantile(s)
-                cells = statistic_cells(results[:MAX_CELLS_SHOWN])
-                answer = dict.fromkeys(range(len(results)))
+            results = recorded_results(answer, c.schema(r.table), MAX_CELLS_SHOWN)
+            if results is not None:  # a mean, variance, stdev or quantile(s)
+                cells = statistic_cells(results)
+                every = answer.get("rows", answer.get("results"))
+                answer = dict.fromkeys(range(len(every) if isinstance(every, list) else 0))
             for label, value in list(answer.items())[:MAX_CELLS_SHOWN]:
                 if isinstance(value, int) and not isinstance(value, bool):
                     cells.append(
