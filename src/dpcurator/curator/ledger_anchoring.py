@@ -1,0 +1,258 @@
+"""Rollback and tamper detection for a ledger in use: its anchor, and its
+re-verification in the background (a mixin of :class:`~dpcurator.curator.ledger.Ledger`).
+
+The hash chains are verified in full when a ledger is opened, and what other processes
+append is verified when it is read; two things escape that, and are handled here:
+
+- *A rollback* (the newest rows deleted and the head rewritten, or an older copy put
+  back) leaves a valid chain. The ledger's :class:`~dpcurator.curator.anchor.Anchor`, a
+  file outside its store, receives the heads after every commit that moves one (before
+  the commit's answer leaves), and a ledger that does not extend the anchored heads is
+  refused when it is opened or verified. By default an SQLite ledger's anchor is
+  ``<ledger file>.anchor`` beside it; a PostgreSQL ledger has none unless given one.
+- *An old row changed under a running process* is seen by the next process that opens
+  the ledger, not by one that already verified it. With ``verify_every=S``, a thread of
+  the process re-verifies the whole ledger every ``S`` seconds (or ten times as long as
+  the last verification took, whichever is longer, so that it never takes more than a
+  tenth of a core), on a connection of its own, reading a page of charges per snapshot
+  so that writers never wait long. It also checks that the chains still contain what
+  this process verified and what the anchor records, and anchors the heads it verified.
+  Once it finds a fault, this process refuses every charge, read and authentication
+  with that :class:`LedgerError`, and logs it (logger ``dpcurator.ledger``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpcurator.curator.anchor import Anchor, Heads, problem
+from dpcurator.curator.stores import Store, open_store
+from dpcurator.errors import InvalidParameter, LedgerError
+
+if TYPE_CHECKING:
+    from dpcurator.curator.stores import Rows
+
+log = logging.getLogger("dpcurator.ledger")
+
+#: Charges read per snapshot by the background verification.
+PAGE = 2_000
+#: The background verification pauses at least this many times as long as it ran.
+SPACING = 10
+
+
+class _Stopped(Exception):
+    """The ledger is closing: the background verification ends."""
+
+
+class Anchoring:
+    """What a :class:`~dpcurator.curator.ledger.Ledger` does about rollbacks and rows
+    changed under it (see the module docstring)."""
+
+    # provided by Ledger
+    path: str
+    durable: bool
+    _store: Store
+    _target: Any
+    _lock: threading.RLock
+    _genesis: bytes
+    _head: tuple[int, bytes]
+    _analysts_head: tuple[int, bytes]
+    _anchor: Anchor | None = None
+    _failure: LedgerError | None = None
+    _verifier: threading.Thread | None = None
+    _stopping: threading.Event | None = None
+
+    # --- the anchor -------------------------------------------------------------------
+
+    def _setup_anchor(self, anchor: object, *, curator: bool) -> None:
+        """Check the ledger against its anchor (``True``: the default place, ``None`` or
+        ``False``: none, or a file); a curator's open also anchors the heads it found
+        (a ledger without an anchor yet is anchored from here on)."""
+        if anchor is None or anchor is False:
+            return
+        if anchor is True:
+            if self._store.kind != "sqlite" or not self.durable:
+                return
+            anchor = f"{self._store.location}.anchor"
+        if not isinstance(anchor, str | Path) or not str(anchor):
+            raise InvalidParameter(f"anchor must be a file name, True or None, got {anchor!r}")
+        if not self.durable:
+            raise InvalidParameter("an anchor is for a durable ledger, not one in memory")
+        self._anchor = Anchor(anchor)
+        self._check_anchor()
+        if curator:
+            self._anchor_heads()
+
+    @property
+    def anchor(self) -> str | None:
+        """The anchor file (None: this ledger is not checked against one)."""
+        return None if self._anchor is None else self._anchor.path
+
+    @property
+    def heads(self) -> Heads:
+        """Where the verified chains end, as the anchor records it."""
+        return Heads(
+            self._head[0],
+            self._head[1].hex(),
+            self._analysts_head[0],
+            self._analysts_head[1].hex(),
+            self._genesis.hex(),
+        )
+
+    def anchored(self) -> Heads | None:
+        """The furthest heads the anchor records (None: no anchor, or nothing in it)."""
+        return None if self._anchor is None else self._anchor.latest()
+
+    def anchor_problem(self) -> str | None:
+        """Why this ledger does not extend what its anchor records (None: it does)."""
+        got = self.anchored()
+        if got is None or self._anchor is None:
+            return None
+        source = f"its anchor {self._anchor.path}"
+        return problem(self.path, source, got, self.heads, self._hash_at)
+
+    def _check_anchor(self) -> None:
+        why = self.anchor_problem()
+        if why is not None:
+            raise LedgerError(why)
+
+    def _anchor_heads(self, heads: Heads | None = None) -> None:
+        """Append the verified heads to the anchor (nothing if they are anchored)."""
+        if self._anchor is not None:
+            self._anchor.append(heads or self.heads)
+
+    def _hash_at(self, chain: str, n: int) -> object:
+        with self._lock, self._snapshot() as rows:  # type: ignore[attr-defined]
+            if chain == "charges":
+                return rows.charge_hash(n)
+            r = rows.analyst(n)
+            return None if r is None else r[7]
+
+    def _usable(self) -> None:
+        """Refuse to go on once the background verification found a fault."""
+        if self._failure is not None:
+            raise LedgerError(str(self._failure))
+
+    # --- verifying in the background ----------------------------------------------------
+
+    def _start_verifying(self, every: object) -> None:
+        if every is None:
+            return
+        if (
+            isinstance(every, bool)
+            or not isinstance(every, int | float)
+            or not 0 < every <= 86_400
+        ):
+            raise InvalidParameter(
+                f"verify_every must be None or a number of seconds in (0, 86400], got {every!r}"
+            )
+        if not self.durable:
+            return  # in memory, nothing but this object can change it
+        self._stopping = threading.Event()
+        self._verifier = threading.Thread(
+            target=self._verify_loop, args=(float(every),), name="dpcurator-verify", daemon=True
+        )
+        self._verifier.start()
+
+    def _stop_verifying(self) -> None:
+        if self._stopping is not None and self._verifier is not None:
+            self._stopping.set()
+            if self._verifier is not threading.current_thread():
+                self._verifier.join()
+
+    def _verify_loop(self, every: float) -> None:
+        assert self._stopping is not None
+        store: Store | None = None
+        wait = every
+        try:
+            while not self._stopping.wait(wait):
+                began = time.monotonic()
+                if store is None:
+                    try:
+                        store = open_store(self._target, None)
+                    except LedgerError as err:  # cannot connect: no fault of the ledger's
+                        log.warning("ledger %s: cannot re-verify it now: %s", self.path, err)
+                        continue
+                try:
+                    self._reverify(store)
+                except _Stopped:
+                    return
+                except store.errors as err:  # unreachable, or a lock: try again later
+                    log.warning("ledger %s: cannot re-verify it now: %s", self.path, err)
+                    store.close()
+                    store = None
+                except LedgerError as err:
+                    self._fail(err)
+                    return
+                wait = max(every, SPACING * (time.monotonic() - began))
+        finally:
+            if store is not None:
+                store.close()
+
+    def _fail(self, err: LedgerError) -> None:
+        self._failure = LedgerError(
+            f"{err} (found by re-verifying the ledger in use; this process charges "
+            "nothing more until restarted on a sound ledger)"
+        )
+        log.error("%s", self._failure)
+
+    def _reverify(self, store: Store) -> None:
+        """Verify every row the store holds now, and that the chains contain what this
+        process verified and what the anchor records; then anchor the heads verified."""
+        assert self._stopping is not None
+        mine = self.heads  # without the lock: each head is one verified state, and grows
+        anchored = self.anchored()
+        refs = [("the ledger this process verified earlier", mine)]
+        if anchored is not None and self._anchor is not None:
+            refs.append((f"its anchor {self._anchor.path}", anchored))
+        wanted = {"charges": {r.charges for _, r in refs}, "analysts": {r.analysts for _, r in refs}}
+        found: dict[tuple[str, int], object] = {}
+        n, prev = 0, self._genesis
+        while True:
+            if self._stopping.is_set():
+                raise _Stopped
+            rows = store.begin_read()
+            try:
+                page = rows.charges_page(n, PAGE)
+                final = len(page) < PAGE
+                if final:
+                    head = self._meta_head("charges_head", rows)  # type: ignore[attr-defined]
+                    analysts = self._all_analysts(rows)
+                    for seq in wanted["analysts"]:
+                        r = rows.analyst(seq)
+                        found["analysts", seq] = None if r is None else r[7]
+            except BaseException:
+                store.rollback()
+                raise
+            store.end_read()
+            for r in page:
+                if r[0] != n + 1:
+                    raise self._broken(f"charge {n + 1} was removed")  # type: ignore[attr-defined]
+                _, prev = self._verify_row(r, prev, False)  # type: ignore[attr-defined]
+                n += 1
+                if n in wanted["charges"]:
+                    found["charges", n] = prev.hex()
+            if final:
+                break
+        if (n, prev.hex()) != head:
+            raise self._broken(  # type: ignore[attr-defined]
+                f"the charges end at {n}, not at the head the ledger records ({head[0]})"
+            )
+        have = Heads(n, prev.hex(), analysts[0], analysts[1].hex(), self._genesis.hex())
+        for source, ref in refs:
+            why = problem(self.path, source, ref, have, lambda c, k: found.get((c, k)))
+            if why is not None:
+                raise LedgerError(why)
+        self._anchor_heads(have)
+
+    def _all_analysts(self, rows: Rows) -> tuple[int, bytes]:
+        """The head of the analysts' chain, verified from its genesis in ``rows``."""
+        from dpcurator.curator.ledger import _analysts_genesis
+
+        start = (0, _analysts_genesis(self._genesis))
+        got = self._analysts_after(rows, start, {})  # type: ignore[attr-defined]
+        return start if got is None else got[1]
