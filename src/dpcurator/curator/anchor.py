@@ -97,7 +97,9 @@ class Anchor:
         except FileNotFoundError:
             return None
         except OSError as err:
-            raise LedgerError(f"anchor {self.path}: cannot be read: {err.strerror or err}") from None
+            raise LedgerError(
+                f"anchor {self.path}: cannot be read: {err.strerror or err}"
+            ) from None
         lines = data.split(b"\n")[:-1]  # what follows the last newline is not a whole line
         if start > 0 and lines:
             lines = lines[1:]  # the tail began inside a line

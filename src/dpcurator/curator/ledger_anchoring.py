@@ -142,11 +142,7 @@ class Anchoring:
     def _start_verifying(self, every: object) -> None:
         if every is None:
             return
-        if (
-            isinstance(every, bool)
-            or not isinstance(every, int | float)
-            or not 0 < every <= 86_400
-        ):
+        if isinstance(every, bool) or not isinstance(every, int | float) or not 0 < every <= 86_400:
             raise InvalidParameter(
                 f"verify_every must be None or a number of seconds in (0, 86400], got {every!r}"
             )
@@ -209,7 +205,10 @@ class Anchoring:
         refs = [("the ledger this process verified earlier", mine)]
         if anchored is not None and self._anchor is not None:
             refs.append((f"its anchor {self._anchor.path}", anchored))
-        wanted = {"charges": {r.charges for _, r in refs}, "analysts": {r.analysts for _, r in refs}}
+        wanted = {
+            "charges": {r.charges for _, r in refs},
+            "analysts": {r.analysts for _, r in refs},
+        }
         found: dict[tuple[str, int], object] = {}
         n, prev = 0, self._genesis
         while True:
