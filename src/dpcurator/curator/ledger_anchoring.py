@@ -62,6 +62,9 @@ class Anchoring:
     _head: tuple[int, bytes]
     _analysts_head: tuple[int, bytes]
     _anchor: Anchor | None = None
+    #: Whether this open anchored a ledger that had rows and an anchor without entries
+    #: (a ledger written before anchors existed, or an anchor removed): worth saying.
+    anchor_started = False
     _failure: LedgerError | None = None
     _verifier: threading.Thread | None = None
     _stopping: threading.Event | None = None
@@ -72,20 +75,30 @@ class Anchoring:
         """Check the ledger against its anchor (``True``: the default place, ``None`` or
         ``False``: none, or a file); a curator's open also anchors the heads it found
         (a ledger without an anchor yet is anchored from here on)."""
-        if anchor is None or anchor is False:
+        path = self.anchor_file(anchor)
+        if path is None:
             return
+        self._anchor = Anchor(path)
+        self._check_anchor()
+        began = self._head[0] > 0 or self._analysts_head[0] > 0
+        self.anchor_started = curator and began and self._anchor.latest() is None
+        if curator:
+            self._anchor_heads()
+
+    def anchor_file(self, anchor: object = True) -> str | None:
+        """The file ``anchor`` names for this ledger: ``True``, the default (beside an
+        SQLite file; none for PostgreSQL or in memory), ``None`` or ``False`` none, or
+        a file name."""
+        if anchor is None or anchor is False:
+            return None
         if anchor is True:
-            if self._store.kind != "sqlite" or not self.durable:
-                return
-            anchor = f"{self._store.location}.anchor"
+            durable_file = self._store.kind == "sqlite" and self.durable
+            return f"{self._store.location}.anchor" if durable_file else None
         if not isinstance(anchor, str | Path) or not str(anchor):
             raise InvalidParameter(f"anchor must be a file name, True or None, got {anchor!r}")
         if not self.durable:
             raise InvalidParameter("an anchor is for a durable ledger, not one in memory")
-        self._anchor = Anchor(anchor)
-        self._check_anchor()
-        if curator:
-            self._anchor_heads()
+        return str(anchor)
 
     @property
     def anchor(self) -> str | None:
@@ -113,7 +126,7 @@ class Anchoring:
         if got is None or self._anchor is None:
             return None
         source = f"its anchor {self._anchor.path}"
-        return problem(self.path, source, got, self.heads, self._hash_at)
+        return problem(self.path, source, got, self.heads, self.hash_at)
 
     def _check_anchor(self) -> None:
         why = self.anchor_problem()
@@ -125,7 +138,9 @@ class Anchoring:
         if self._anchor is not None:
             self._anchor.append(heads or self.heads)
 
-    def _hash_at(self, chain: str, n: int) -> object:
+    def hash_at(self, chain: str, n: int) -> object:
+        """The stored hash of charge ``n`` (``chain="charges"``) or analyst entry ``n``
+        (``"analysts"``), None if there is none (verified if the ledger was)."""
         with self._lock, self._snapshot() as rows:  # type: ignore[attr-defined]
             if chain == "charges":
                 return rows.charge_hash(n)
