@@ -16,6 +16,7 @@ from pathlib import Path
 from dpcurator.cli.anchoring import add_anchor, anchor_of
 from dpcurator.curator.anchor import Anchor, Heads, problem
 from dpcurator.curator.ledger import Ledger
+from dpcurator.curator.ledger_anchoring import anchor_file
 from dpcurator.curator.stores import is_url, target_of
 from dpcurator.errors import LedgerError
 
@@ -69,11 +70,11 @@ def _head(args: argparse.Namespace) -> int:
     assert name is not None
     if not is_url(name) and not Path(name).exists():
         raise LedgerError(f"ledger {name}: no such file")
+    path = anchor_file(args.ledger, anchor_of(args))
+    anchored = Anchor(path).latest() if path is not None else None  # before the ledger's
     led = Ledger(args.ledger, None, create=False, anchor=None)  # compared below
     try:
-        path = led.anchor_file(anchor_of(args))
         have = led.heads
-        anchored = Anchor(path).latest() if path is not None else None
         why = None
         if anchored is not None:
             why = problem(led.path, f"its anchor {path}", anchored, have, led.hash_at)

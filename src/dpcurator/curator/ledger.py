@@ -306,8 +306,9 @@ class Ledger(Anchoring):
         self.durable = self._store.durable
         self.path = self._store.location
         try:
+            anchored = self._read_anchor(anchor)
             self._open(want)
-            self._setup_anchor(anchor, curator=want is not None)
+            self._setup_anchor(anchored, curator=want is not None)
             self._start_verifying(verify_every)
         except BaseException as err:
             if self._anchor is not None:
@@ -399,11 +400,12 @@ class Ledger(Anchoring):
     def verify(self) -> int:
         """Verify the whole ledger again (as on open, against its anchor too); return the
         number of charges."""
+        anchored = self.anchored()  # before the snapshot, which holds what it records
         try:
             self._verify_all()
         except self._store.errors as err:
             raise self._unreadable(err) from None
-        self._check_anchor()
+        self._check_anchor(anchored)
         return self._head[0]
 
     def _rows(self) -> Rows:

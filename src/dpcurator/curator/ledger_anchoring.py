@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpcurator.curator.anchor import Anchor, Heads, problem
-from dpcurator.curator.stores import Store, open_store
+from dpcurator.curator.stores import Store, is_url, open_store, target_of
 from dpcurator.errors import InvalidParameter, LedgerError
 
 if TYPE_CHECKING:
@@ -42,6 +42,23 @@ log = logging.getLogger("dpcurator.ledger")
 PAGE = 2_000
 #: The background verification pauses at least this many times as long as it ran.
 SPACING = 10
+
+
+def anchor_file(target: object, anchor: object = True) -> str | None:
+    """The anchor file ``anchor`` names for the ledger at ``target``: ``True``, the
+    default, is ``<file>.anchor`` beside an SQLite file (none for PostgreSQL or in
+    memory); ``None`` or ``False`` none; or a file name."""
+    name = target_of(None if target is None else str(target))
+    memory = name is None or name == ":memory:"
+    if anchor is None or anchor is False:
+        return None
+    if anchor is True:
+        return None if memory or is_url(name or "") else f"{name}.anchor"
+    if not isinstance(anchor, str | Path) or not str(anchor):
+        raise InvalidParameter(f"anchor must be a file name, True or None, got {anchor!r}")
+    if memory:
+        raise InvalidParameter("an anchor is for a durable ledger, not one in memory")
+    return str(anchor)
 
 
 class _Stopped(Exception):
@@ -71,34 +88,27 @@ class Anchoring:
 
     # --- the anchor -------------------------------------------------------------------
 
-    def _setup_anchor(self, anchor: object, *, curator: bool) -> None:
-        """Check the ledger against its anchor (``True``: the default place, ``None`` or
-        ``False``: none, or a file); a curator's open also anchors the heads it found
-        (a ledger without an anchor yet is anchored from here on)."""
-        path = self.anchor_file(anchor)
+    def _read_anchor(self, anchor: object) -> Heads | None:
+        """Open the ledger's anchor (see :func:`anchor_file`) and read it: before the
+        ledger is verified, since an entry read after the verification's snapshot may
+        record a commit made since."""
+        path = anchor_file(self._target, anchor)
         if path is None:
-            return
+            return None
         self._anchor = Anchor(path)
-        self._check_anchor()
+        return self._anchor.latest()
+
+    def _setup_anchor(self, anchored: Heads | None, *, curator: bool) -> None:
+        """Check the verified ledger against what its anchor recorded before; a curator's
+        open also anchors the heads it found (a ledger without an anchor yet is anchored
+        from here on)."""
+        if self._anchor is None:
+            return
+        self._check_anchor(anchored)
         began = self._head[0] > 0 or self._analysts_head[0] > 0
-        self.anchor_started = curator and began and self._anchor.latest() is None
+        self.anchor_started = curator and began and anchored is None
         if curator:
             self._anchor_heads()
-
-    def anchor_file(self, anchor: object = True) -> str | None:
-        """The file ``anchor`` names for this ledger: ``True``, the default (beside an
-        SQLite file; none for PostgreSQL or in memory), ``None`` or ``False`` none, or
-        a file name."""
-        if anchor is None or anchor is False:
-            return None
-        if anchor is True:
-            durable_file = self._store.kind == "sqlite" and self.durable
-            return f"{self._store.location}.anchor" if durable_file else None
-        if not isinstance(anchor, str | Path) or not str(anchor):
-            raise InvalidParameter(f"anchor must be a file name, True or None, got {anchor!r}")
-        if not self.durable:
-            raise InvalidParameter("an anchor is for a durable ledger, not one in memory")
-        return str(anchor)
 
     @property
     def anchor(self) -> str | None:
@@ -120,16 +130,13 @@ class Anchoring:
         """The furthest heads the anchor records (None: no anchor, or nothing in it)."""
         return None if self._anchor is None else self._anchor.latest()
 
-    def anchor_problem(self) -> str | None:
-        """Why this ledger does not extend what its anchor records (None: it does)."""
-        got = self.anchored()
-        if got is None or self._anchor is None:
-            return None
+    def _check_anchor(self, anchored: Heads | None) -> None:
+        """Refuse a ledger whose verified chains do not contain the ``anchored`` heads
+        (read before the verification)."""
+        if anchored is None or self._anchor is None:
+            return
         source = f"its anchor {self._anchor.path}"
-        return problem(self.path, source, got, self.heads, self.hash_at)
-
-    def _check_anchor(self) -> None:
-        why = self.anchor_problem()
+        why = problem(self.path, source, anchored, self.heads, self.hash_at)
         if why is not None:
             raise LedgerError(why)
 
