@@ -179,8 +179,9 @@ def problem(
         ("analysts", "analyst entry", anchored.analysts, anchored.analysts_hash, have.analysts),
     ):
         if n > mine:
+            held = "charges" if chain == "charges" else "analyst entries"
             return (
-                f"ledger {path}: rolled back: it holds {mine} {chain}, but {source} records "
+                f"ledger {path}: rolled back: it holds {mine} {held}, but {source} records "
                 f"{what} {n} ({h[:16]}): the newest were removed or an older copy put in its "
                 f"place, which hands spent budget back; restore a backup that holds {what} {n}"
             )

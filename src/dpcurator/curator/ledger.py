@@ -612,6 +612,7 @@ class Ledger(Anchoring):
         it may be run again."""
         with self._lock:
             self._usable()
+            self._anchor_heads()  # an earlier commit's, if it failed: then nothing is written
             store = self._store
             saved = (self._head, self._analysts, self._analysts_head)
             try:
