@@ -83,19 +83,6 @@ def refused(place: Place, match: str) -> str:
     return msg
 
 
-def roll_back(place: Place, keep: int) -> None:
-    """Delete every charge after ``keep`` and rewrite the head to the last one kept."""
-    if keep == 0:
-        head = "'0 ' || (SELECT value FROM meta WHERE key = 'genesis')"
-    else:
-        ((h,),) = place.query(f"SELECT hash FROM charges WHERE id = {keep}")
-        head = f"'{keep} {h}'"
-    place.tamper(
-        f"DELETE FROM charges WHERE id > {keep}",
-        f"UPDATE meta SET value = {head} WHERE key = 'charges_head'",
-    )
-
-
 def rechain(place: Place, cid: int, cost: str) -> None:
     """Give charge ``cid`` another cost and recompute every hash from it on (and the
     answers' seals and the head), so that the chain verifies on its own."""
@@ -129,7 +116,7 @@ def rechain(place: Place, cid: int, cost: str) -> None:
 
 def test_deleting_the_newest_half_and_rewriting_the_head_is_refused(place):
     make(place, 8)
-    roll_back(place, 4)
+    place.roll_back(4)
     msg = refused(place, "rolled back: it holds 4 charges, but its anchor .* records charge 8")
     assert "restore a backup that holds charge 8" in msg
     # a curator (with the data's identity) is refused the same way, and writes nothing
@@ -141,7 +128,7 @@ def test_deleting_the_newest_half_and_rewriting_the_head_is_refused(place):
 
 def test_deleting_every_charge_and_resetting_the_head_to_genesis_is_refused(place):
     make(place, 5)
-    roll_back(place, 0)
+    place.roll_back(0)
     refused(place, "rolled back: it holds 0 charges, but its anchor .* records charge 5")
 
 
@@ -157,7 +144,7 @@ def test_a_chain_rewritten_from_an_old_charge_with_every_later_hash_is_refused(p
 def test_a_rollback_then_a_new_charge_is_refused(place):
     """Rolled back, then charged again to the same length: the hashes differ."""
     make(place, 6)
-    roll_back(place, 3)
+    place.roll_back(3)
     led = Ledger(place.target, IDENTITY, anchor=None)  # a curator without the anchor
     for i in range(3):
         charge(led, 10 + i)
@@ -251,7 +238,7 @@ def test_a_torn_last_line_is_ignored_and_ended_by_the_next_append(place):
         data = path.read_bytes()
         assert data.endswith(b"\n") and torn + b"\n" in data
         assert parse(data.splitlines()[-1]).charges == 4
-        roll_back(place, 3)  # undo for the next round (and prove it is caught)
+        place.roll_back(3)  # undo for the next round (and prove it is caught)
         refused(place, "rolled back")
         path.write_bytes(whole)
 
@@ -369,7 +356,7 @@ def test_verify_checks_the_anchor_too(place):
     led = open_ledger(place, None)
     try:
         assert led.verify() == 4
-        roll_back(place, 2)
+        place.roll_back(2)
         with pytest.raises(LedgerError, match="rolled back"):
             led.verify()
     finally:
