@@ -170,8 +170,10 @@ def start_server(
         cfg.write_text(config)
         cmd += ["--config", cfg]
     cmd += list(args)
-    if str(ledger).startswith("postgresql://") and "--anchor" not in cmd and not config_anchor(
-        config
+    if (
+        str(ledger).startswith("postgresql://")
+        and "--anchor" not in cmd
+        and not config_anchor(config)
     ):
         cmd += ["--anchor", directory / "ledger.anchor"]  # each replica its own, as on hosts
     errfile = directory / f"server-{time.monotonic_ns()}.log"

@@ -20,9 +20,11 @@ chain, since they are recorded later: each is *sealed* on its own as
 ``SHA-256(charge hash || answer)``. The whole ledger is verified on open, and each read
 of new rows verifies them against the head. A charge or quota that was edited, deleted,
 added or reordered, an altered identity, a lowered level and an edited answer are
-refused with :class:`LedgerError`. The hash is not keyed: someone who can write the
-store and recomputes the whole chain is not detected; that needs a copy kept elsewhere
-(see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger copied from
+refused with :class:`LedgerError`. The hash is not keyed, and a shorter chain (the
+newest rows deleted, the head rewritten) verifies on its own: a rewrite or a rollback is
+detected against the ledger's anchor, a file outside the store that receives the heads
+after each commit (:mod:`dpcurator.curator.ledger_anchoring`), and against copies kept
+elsewhere (see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger copied from
 one store to the other (:func:`copy_ledger`) verifies the same, to the same head.
 """
 
