@@ -123,9 +123,8 @@ class Anchor:
                 os.fsync(fd)
             except OSError as err:
                 raise LedgerError(
-                    f"anchor {self.path}: cannot be written: {err.strerror or err}; the "
-                    "ledger's last commit is kept, but nothing more is answered until the "
-                    "anchor can be written"
+                    f"anchor {self.path}: cannot be written: {err.strerror or err}; "
+                    "nothing is charged or answered until it can be"
                 ) from None
             self._last = heads
 
