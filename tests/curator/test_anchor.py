@@ -361,3 +361,14 @@ def test_verify_checks_the_anchor_too(place):
             led.verify()
     finally:
         led.close()
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path):
+    from dpcurator.errors import InvalidParameter
+
+    for kw in ({"verify_every": 0}, {"verify_every": True}, {"anchor": 3}, {"anchor": ""}):
+        with pytest.raises(InvalidParameter):
+            Ledger(tmp_path / "l.db", IDENTITY, **kw)
+    with pytest.raises(InvalidParameter, match="durable ledger"):
+        Ledger(None, IDENTITY, anchor=tmp_path / "a.anchor")
+    assert list(tmp_path.iterdir()) == []

@@ -24,8 +24,9 @@ refused with :class:`LedgerError`. The hash is not keyed, and a shorter chain (t
 newest rows deleted, the head rewritten) verifies on its own: a rewrite or a rollback is
 detected against the ledger's anchor, a file outside the store that receives the heads
 after each commit (:mod:`dpcurator.curator.ledger_anchoring`), and against copies kept
-elsewhere (see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger copied from
-one store to the other (:func:`copy_ledger`) verifies the same, to the same head.
+elsewhere (see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger
+copied from one store to the other (:func:`copy_ledger`) verifies the same, to the same
+head.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from dpcurator.curator.credentials import (
     new_token,
     split_token,
 )
-from dpcurator.curator.ledger_anchoring import Anchoring
+from dpcurator.curator.ledger_anchoring import Anchoring, anchor_file, verify_interval
 from dpcurator.curator.stores import (
     Rows,
     is_url,
@@ -282,6 +283,8 @@ class Ledger(Anchoring):
         anchor: str | Path | bool | None = True,
         verify_every: float | None = None,
     ) -> None:
+        anchor_path = anchor_file(path, anchor)  # bad arguments change nothing
+        every = verify_interval(verify_every)
         self._lock = threading.RLock()
         self._target = path
         self._closed = False
@@ -308,10 +311,10 @@ class Ledger(Anchoring):
         self.durable = self._store.durable
         self.path = self._store.location
         try:
-            anchored = self._read_anchor(anchor)
+            anchored = self._read_anchor(anchor_path)
             self._open(want)
             self._setup_anchor(anchored, curator=want is not None)
-            self._start_verifying(verify_every)
+            self._start_verifying(every)
         except BaseException as err:
             if self._anchor is not None:
                 self._anchor.close()

@@ -61,6 +61,17 @@ def anchor_file(target: object, anchor: object = True) -> str | None:
     return str(anchor)
 
 
+def verify_interval(every: object) -> float | None:
+    """``verify_every`` checked: None, or seconds in (0, 86400]."""
+    if every is None:
+        return None
+    if isinstance(every, bool) or not isinstance(every, int | float) or not 0 < every <= 86_400:
+        raise InvalidParameter(
+            f"verify_every must be None or a number of seconds in (0, 86400], got {every!r}"
+        )
+    return float(every)
+
+
 class _Stopped(Exception):
     """The ledger is closing: the background verification ends."""
 
@@ -88,11 +99,10 @@ class Anchoring:
 
     # --- the anchor -------------------------------------------------------------------
 
-    def _read_anchor(self, anchor: object) -> Heads | None:
-        """Open the ledger's anchor (see :func:`anchor_file`) and read it: before the
-        ledger is verified, since an entry read after the verification's snapshot may
-        record a commit made since."""
-        path = anchor_file(self._target, anchor)
+    def _read_anchor(self, path: str | None) -> Heads | None:
+        """Open the ledger's anchor file and read it: before the ledger is verified,
+        since an entry read after the verification's snapshot may record a commit made
+        since."""
         if path is None:
             return None
         self._anchor = Anchor(path)
@@ -161,18 +171,12 @@ class Anchoring:
 
     # --- verifying in the background ----------------------------------------------------
 
-    def _start_verifying(self, every: object) -> None:
-        if every is None:
-            return
-        if isinstance(every, bool) or not isinstance(every, int | float) or not 0 < every <= 86_400:
-            raise InvalidParameter(
-                f"verify_every must be None or a number of seconds in (0, 86400], got {every!r}"
-            )
-        if not self.durable:
+    def _start_verifying(self, every: float | None) -> None:
+        if every is None or not self.durable:
             return  # in memory, nothing but this object can change it
         self._stopping = threading.Event()
         self._verifier = threading.Thread(
-            target=self._verify_loop, args=(float(every),), name="dpcurator-verify", daemon=True
+            target=self._verify_loop, args=(every,), name="dpcurator-verify", daemon=True
         )
         self._verifier.start()
 
