@@ -56,6 +56,19 @@ class Place:
         finally:
             con.close()
 
+    def roll_back(self, keep: int) -> None:
+        """Delete every charge after ``keep`` and rewrite the head to the last one kept
+        (to the genesis for ``keep=0``): a shorter chain that verifies on its own."""
+        if keep == 0:
+            head = "'0 ' || (SELECT value FROM meta WHERE key = 'genesis')"
+        else:
+            ((h,),) = self.query(f"SELECT hash FROM charges WHERE id = {keep}")
+            head = f"'{keep} {h}'"
+        self.tamper(
+            f"DELETE FROM charges WHERE id > {keep}",
+            f"UPDATE meta SET value = {head} WHERE key = 'charges_head'",
+        )
+
     def query(self, statement: str) -> list[tuple]:
         con = self.connect()
         try:

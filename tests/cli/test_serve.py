@@ -267,6 +267,7 @@ def test_the_config_file_alone_is_enough(files, kind, request) -> None:
     if kind == "postgresql":
         files["ledger"] = request.getfixturevalue("postgres_stores").new().target
     key = "path" if kind == "sqlite" else "url"
+    anchor = "" if kind == "sqlite" else f'anchor = "{files["dir"] / "pg.anchor"}"'
     cfg = config(
         files,
         f"""
@@ -274,6 +275,7 @@ def test_the_config_file_alone_is_enough(files, kind, request) -> None:
 epsilon = 2
 [ledger]
 {key} = "{files["ledger"]}"
+{anchor}
 [server]
 host = "127.0.0.1"
 port = 0

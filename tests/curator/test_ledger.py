@@ -672,7 +672,7 @@ def test_no_journal_file_is_left_beside_a_closed_ledger(tmp_path):
     led = Ledger(path, IDENTITY)
     charge(led, 8)
     led.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db", "led.db.anchor"]
 
 
 def test_closing_a_reader_keeps_a_writer_journal(tmp_path):
@@ -698,7 +698,7 @@ def test_closing_a_reader_keeps_a_writer_journal(tmp_path):
         assert journal.exists() and journal.stat().st_size > 0
     writer.close()
     Ledger(path, None, create=False).close()  # the whole chain verifies, the charge in it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["led.db", "led.db.anchor"]
 
 
 # --- tokens and revocation ---------------------------------------------------------------

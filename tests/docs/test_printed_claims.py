@@ -374,6 +374,38 @@ def test_curator_shows_the_real_tamper_message(tmp_path: Path) -> None:
     assert str(err.value) == shown.group(1).replace("/srv/ledger.db", str(path))
 
 
+def test_curator_shows_the_real_rollback_message(tmp_path: Path) -> None:
+    from ledger_places import Place
+
+    from dpcurator.curator.ledger import Ledger
+    from dpcurator.errors import LedgerError
+
+    text = (ROOT / "docs" / "curator.md").read_text()
+    shown = re.search(r"```\n(ledger /srv/ledger\.db: rolled back.*?)\n```", text, re.S)
+    assert shown is not None
+    path = tmp_path / "ledger.db"
+    led = Ledger(path, {"budget": "PureDP(1)", "tables": {"t": {}}})
+    for i in range(8):
+        with led.transaction():
+            led.insert_charge(
+                analyst=None,
+                table="t",
+                kind="count",
+                request=f"a < {i}",
+                coverage={"a": [[0, i + 1]]},
+                cost=Fraction(1, 100),
+                level=Fraction(i + 1, 100),
+                noise="discrete_laplace(100)",
+            )
+    led.close()
+    Place("sqlite", str(path), str(path)).roll_back(4)
+    with pytest.raises(LedgerError) as err:
+        Ledger(path, None, create=False)
+    hashes = re.compile(r"\([0-9a-f]{16}\)")
+    want = hashes.sub("(H)", shown.group(1).replace("/srv/ledger.db", str(path)))
+    assert hashes.sub("(H)", str(err.value)) == want
+
+
 def test_overlap_json_example_is_real(tmp_path: Path, capsys) -> None:
     text = (ROOT / "docs" / "overlap.md").read_text()
     shown = re.search(

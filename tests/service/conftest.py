@@ -170,6 +170,12 @@ def start_server(
         cfg.write_text(config)
         cmd += ["--config", cfg]
     cmd += list(args)
+    if (
+        str(ledger).startswith("postgresql://")
+        and "--anchor" not in cmd
+        and not config_anchor(config)
+    ):
+        cmd += ["--anchor", directory / "ledger.anchor"]  # each replica its own, as on hosts
     errfile = directory / f"server-{time.monotonic_ns()}.log"
     with open(errfile, "w") as err:
         proc = subprocess.Popen(
@@ -207,6 +213,10 @@ def start_server(
             url = line.split()[-1]
             where = ledger if str(ledger).startswith("postgresql://") else Path(ledger)
             return Server(url, proc, where, lines, errfile)
+
+
+def config_anchor(config: str | None) -> bool:
+    return config is not None and "anchor =" in config
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import json
 from fractions import Fraction
 
 from dpcurator.cli import options
+from dpcurator.cli.anchoring import add_anchor, anchor_of, warn_unanchored
 from dpcurator.errors import InvalidParameter
 
 _LEDGER_HELP = "the curator's ledger: a file, or postgresql://user@host/dbname[?schema=NAME]"
@@ -35,21 +36,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add.add_argument("--admin", action="store_true", help="may manage analysts over HTTP")
     add.add_argument("--json", action="store_true", help='print {"name": ..., "token": ...}')
+    add_anchor(add)
     add.set_defaults(handler=_add)
     ls = actions.add_parser("list", help="every analyst, quota, role and whether active")
     options.add_ledger(ls, _LEDGER_HELP)
     ls.add_argument("--json", action="store_true")
+    add_anchor(ls)
     ls.set_defaults(handler=_list)
     rv = actions.add_parser("revoke", help="stop an analyst's token from working, at once")
     rv.add_argument("name", metavar="NAME")
     options.add_ledger(rv, _LEDGER_HELP)
+    add_anchor(rv)
     rv.set_defaults(handler=_revoke)
 
 
-def _open(path: str):
+def _open(path: str, args: argparse.Namespace):
     from dpcurator.curator.ledger import Ledger
 
-    return Ledger(path, create=False)
+    led = Ledger(path, create=False, anchor=anchor_of(args))
+    warn_unanchored(led)
+    return led
 
 
 def _additive(ledger, quota: float | None) -> Fraction | None:
@@ -66,7 +72,7 @@ def _add(args: argparse.Namespace) -> int:
     from dpcurator.curator.requests import analyst_name
 
     name = analyst_name(args.name)  # the names the curator and the service accept
-    led = _open(options.ledger_from(args))
+    led = _open(options.ledger_from(args), args)
     try:
         token = led.add_credential(name, quota=_additive(led, args.quota), admin=args.admin)
     finally:
@@ -81,7 +87,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    led = _open(options.ledger_from(args))
+    led = _open(options.ledger_from(args), args)
     try:
         creds = led.credentials()
         mu = led.identity.get("currency") == "mu"
@@ -110,7 +116,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    led = _open(options.ledger_from(args))
+    led = _open(options.ledger_from(args), args)
     try:
         if args.name not in {c.name for c in led.credentials()}:
             raise InvalidParameter(f"no analyst {args.name!r} in {led.path}")

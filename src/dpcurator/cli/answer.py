@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcurator.cli import options, output
+from dpcurator.cli.anchoring import add_anchor, anchor_of, warn_unanchored
 from dpcurator.cli.release import (
     POSTPROCESS,
     check_confidence,
@@ -155,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the ledger, created if missing: an SQLite file or postgresql://user@host/dbname "
         "(required; :memory: for a throwaway run)",
     )
+    add_anchor(p)
     p.add_argument(
         "--confidence",
         type=float,
@@ -414,9 +416,11 @@ def run(args: argparse.Namespace) -> int:
             schema=schema,
             budget=guarantee,
             ledger=ledger,
+            anchor=anchor_of(args),
             **opts,
             **options.backend_options(args),
         ) as cur:
+            warn_unanchored(cur.ledger)
             bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(
                 workload,

@@ -27,7 +27,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpcurator.cli import options, output
+from dpcurator.cli import ledger_head, options, output
+from dpcurator.cli.anchoring import add_anchor, anchor_of, warn_unanchored
 from dpcurator.curator.ledger import Ledger, backup_ledger, copy_ledger
 from dpcurator.curator.stores import is_url, location_of, target_of
 from dpcurator.errors import InvalidParameter, LedgerError, QueryError
@@ -65,6 +66,7 @@ def _register_backup(actions: argparse._SubParsersAction) -> None:
     )
     options.add_ledger(p, _LEDGER_HELP, positional="src")
     p.add_argument("dst", nargs="?", metavar="DST", help="the new file (refused if it exists)")
+    add_anchor(p)
     p.add_argument("--force", action="store_true", help="replace DST if it exists")
     p.set_defaults(handler=_backup)
 
@@ -82,6 +84,7 @@ def _register_copy(actions: argparse._SubParsersAction) -> None:
     p.add_argument(
         "dst", nargs="?", metavar="DST", help="where the copy goes: a file or a PostgreSQL URL"
     )
+    add_anchor(p)
     p.add_argument("--force", action="store_true", help="replace a ledger DST already holds")
     p.set_defaults(handler=_copy)
 
@@ -116,7 +119,7 @@ def _backup(args: argparse.Namespace) -> int:
         )
     if Path(dst).exists() and not args.force:
         raise LedgerError(f"backup {dst}: the file exists; pass --force to replace it")
-    r = backup_ledger(args.src, dst, force=args.force)
+    r = backup_ledger(args.src, dst, force=args.force, anchor=anchor_of(args))
     print(
         f"backed up {r.source} to {r.target}: {r.charges} charges, {r.analysts} analysts, "
         f"verified (head {r.head[:16]})"
@@ -132,7 +135,7 @@ def _copy(args: argparse.Namespace) -> int:
     if not is_url(dst) and Path(dst).exists() and not args.force:
         raise LedgerError(f"copy {dst}: the file exists; pass --force to replace it")
     try:
-        r = copy_ledger(args.src, dst, force=args.force)
+        r = copy_ledger(args.src, dst, force=args.force, anchor=anchor_of(args))
     except LedgerError as err:
         text = str(err)
         if text.endswith("refusing to overwrite it"):
@@ -157,13 +160,16 @@ ledger's additive unit (epsilon, rho, or mu^2 for a Gaussian-DP budget).
 Exit status 2 on any error (one line naming the ledger)."""
 
 
-def _open_ledger(ledger: str) -> Ledger:
-    return Ledger(_existing(ledger), create=False)
+def _open_ledger(ledger: str, args: argparse.Namespace) -> Ledger:
+    led = Ledger(_existing(ledger), create=False, anchor=anchor_of(args))
+    warn_unanchored(led)
+    return led
 
 
 def _add_file(p: argparse.ArgumentParser) -> None:
     options.add_ledger(p, _LEDGER_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    add_anchor(p)
 
 
 def _register_show(actions: argparse._SubParsersAction) -> None:
@@ -224,7 +230,7 @@ def _show(args: argparse.Namespace) -> int:
         raise LedgerError("--table goes with --query")
     if args.plot:
         output.check_writable(args.plot, "--plot")
-    led = _open_ledger(options.ledger_from(args))
+    led = _open_ledger(options.ledger_from(args), args)
     try:
         ident = led.identity
         rows = led.charges_after(0)
@@ -350,7 +356,7 @@ def _when(created: float) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    led = _open_ledger(options.ledger_from(args))
+    led = _open_ledger(options.ledger_from(args), args)
     try:
         cur = str(led.identity.get("currency"))
         if args.analyst is not None and args.analyst not in led.analysts():
@@ -400,7 +406,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _analysts(args: argparse.Namespace) -> int:
-    led = _open_ledger(options.ledger_from(args))
+    led = _open_ledger(options.ledger_from(args), args)
     try:
         cur = str(led.identity.get("currency"))
         creds = led.credentials()
@@ -514,6 +520,7 @@ def _plot_spend(
 #: The actions of ``dpcurator ledger``, in the order ``--help`` lists them.
 ACTIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _register_show,
+    ledger_head.register,
     _register_history,
     _register_analysts,
     _register_backup,
@@ -524,7 +531,7 @@ ACTIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ledger",
-        help="read a ledger (show, history, analysts), back it up or copy it",
+        help="read a ledger (show, head, history, analysts), back it up or copy it",
         description="Read, back up or copy the ledger where a curator records every charge "
         "(a file, or a PostgreSQL database that several servers share). Reading needs only "
         "the ledger, never the data.",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcurator.cli import options
+from dpcurator.curator.stores import is_url, location_of, target_of
 from dpcurator.errors import InvalidParameter
 
 _EPILOG = """\
@@ -36,6 +37,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   [ledger]
   path = "ledger.db"            # or, shared by several servers:
   # url = "postgresql://dpcurator@db.internal/curator"
+  # anchor = "/var/lib/dpcurator/ledger.anchor"   # required with url
+  verify_every = 60             # seconds between re-verifications of the whole ledger
   [server]
   host = "127.0.0.1"
   port = 8000
@@ -98,6 +101,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the ledger (created if missing): an SQLite file, or "
         "postgresql://user@host/dbname[?schema=NAME] shared by several servers",
     )
+    p.add_argument(
+        "--anchor",
+        metavar="FILE",
+        help="a file outside the ledger's store where the server records the ledger's "
+        "heads, so that a rollback is refused (default: LEDGER.anchor beside an SQLite "
+        "file; required for PostgreSQL)",
+    )
     p.add_argument("--config", metavar="FILE.toml", help="tables, budget, limits, TLS")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000; 0 picks a free one)")
@@ -135,7 +145,7 @@ def _section(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 #: The keys each section of --config may hold ([tables.NAME] is checked on its own).
 _KEYS = {
     "budget": {"epsilon", "delta", "rho", "mu"},
-    "ledger": {"path", "url"},
+    "ledger": {"path", "url", "anchor", "verify_every"},
     "server": {
         "host",
         "port",
@@ -190,6 +200,32 @@ def _ledger_config(section: dict[str, Any]) -> str | None:
     return path or url
 
 
+#: Seconds between a server's re-verifications of its whole ledger, unless configured.
+SERVER_VERIFY_EVERY = 60.0
+
+
+def _anchoring(
+    args: argparse.Namespace, section: dict[str, Any], ledger: str
+) -> tuple[str | bool, float]:
+    """The ledger's anchor (``--anchor``, ``[ledger] anchor``; True: beside an SQLite
+    file) and ``[ledger] verify_every``; a PostgreSQL ledger must be given an anchor."""
+    anchor = args.anchor or _text(section, "ledger", "anchor")
+    name = target_of(ledger)
+    if anchor is None and name is not None and is_url(name):
+        raise InvalidParameter(
+            f"--ledger {location_of(name)}: a PostgreSQL ledger needs --anchor FILE (or "
+            "[ledger] anchor in --config): a file outside the database, where this server "
+            "records the ledger's heads, so that a rollback of the database is refused"
+        )
+    every = section.get("verify_every", SERVER_VERIFY_EVERY)
+    if isinstance(every, bool) or not isinstance(every, int | float) or not 0 < every <= 86_400:
+        raise InvalidParameter(
+            f"--config: [ledger] verify_every must be a number of seconds in (0, 86400], "
+            f"got {every!r}"
+        )
+    return (True if anchor is None else anchor), float(every)
+
+
 def _positive(server: dict[str, Any], key: str, default: float, *, integer: bool = False):
     v = server.get(key, default)
     ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v > 0
@@ -238,7 +274,7 @@ def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[An
     return out
 
 
-def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, limit: float):
+def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str, limit: float):
     from dpcurator import Curator
     from dpcurator.curator.requests import RequestLimits
 
@@ -256,6 +292,7 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
     tables = _tables(args, cfg)
     unit = _section(cfg, "privacy_unit")
     privacy_unit = (unit.get("column"), unit.get("max_rows")) if unit else None
+    anchor, every = _anchoring(args, _section(cfg, "ledger"), ledger)
     loads = [load for _, _, load in tables.values()]
     if any(load != loads[0] for load in loads):
         raise InvalidParameter("--config: every table must be loaded with the same options")
@@ -263,6 +300,8 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str | None, lim
         tables={n: (d, s) for n, (d, s, _) in tables.items()},
         budget=budget,
         ledger=ledger,
+        anchor=anchor,
+        verify_every=every,
         privacy_unit=privacy_unit,
         solver_time_limit=limit,
         request_time_limit=_positive(server, "request_time_limit", SERVER_REQUEST_TIME_LIMIT),
@@ -393,6 +432,13 @@ def run(args: argparse.Namespace) -> int:
             )
     curator = _open(args, cfg, ledger, time_limit)
     try:
+        if curator.ledger.anchor_started:
+            sys.stderr.write(
+                f"dpcurator serve: note: the anchor {curator.ledger.anchor} had no entry; it "
+                f"now records the ledger's heads ({curator.ledger.head[0]} charges). If it "
+                "had entries before, the ledger may have been rolled back: compare its head "
+                "(dpcurator ledger head) with the one your last backup printed\n"
+            )
         if args.demo:
             token = curator.add_analyst("demo", admin=True)
         app = create_app(curator, limits)

@@ -202,6 +202,8 @@ class Curator(StatisticRequests, WorkloadRequests):
         *,
         budget: object,
         ledger: str | Path | None = None,
+        anchor: str | Path | bool | None = True,
+        verify_every: float | None = None,
         privacy_unit: tuple[str, int] | None = None,
         tables: Mapping[str, tuple[object, Schema | str | Path]] | None = None,
         rng: RandomSource | None = None,
@@ -223,7 +225,11 @@ class Curator(StatisticRequests, WorkloadRequests):
         for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger``: an SQLite file, or
         ``postgresql://user@host/dbname[?schema=NAME]`` for a ledger that curators on
         several hosts share (see :mod:`dpcurator.curator.stores`); ``ledger=None`` keeps
-        the ledger in memory only. ``solver_time_limit``: seconds the exact maximum-overlap checks of
+        the ledger in memory only. ``anchor``: the file outside the ledger's store where
+        its heads are appended, so that a rollback of the store is refused (``True``:
+        ``<file>.anchor`` beside an SQLite ledger, none for PostgreSQL; ``None``: none);
+        ``verify_every``: seconds between re-verifications of the whole ledger while it is
+        open (see :class:`~dpcurator.curator.ledger.Ledger`). ``solver_time_limit``: seconds the exact maximum-overlap checks of
         one request may take before safe bounds are used (refusals then conservative).
         ``request_time_limit``: seconds the whole decision of one request may take
         (parsing, bounds, waiting for the solver, the exact checks); past it the request
@@ -316,7 +322,7 @@ class Curator(StatisticRequests, WorkloadRequests):
                 backends[name] = loader(
                     d, schemas[name], privacy_unit=privacy_unit, name=name, **load_options
                 )
-            led = Ledger(ledger, identity)
+            led = Ledger(ledger, identity, anchor=anchor, verify_every=verify_every)
         except BaseException:
             for be in backends.values():
                 be.close()

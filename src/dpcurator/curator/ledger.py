@@ -20,10 +20,13 @@ chain, since they are recorded later: each is *sealed* on its own as
 ``SHA-256(charge hash || answer)``. The whole ledger is verified on open, and each read
 of new rows verifies them against the head. A charge or quota that was edited, deleted,
 added or reordered, an altered identity, a lowered level and an edited answer are
-refused with :class:`LedgerError`. The hash is not keyed: someone who can write the
-store and recomputes the whole chain is not detected; that needs a copy kept elsewhere
-(see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger copied from
-one store to the other (:func:`copy_ledger`) verifies the same, to the same head.
+refused with :class:`LedgerError`. The hash is not keyed, and a shorter chain (the
+newest rows deleted, the head rewritten) verifies on its own: a rewrite or a rollback is
+detected against the ledger's anchor, a file outside the store that receives the heads
+after each commit (:mod:`dpcurator.curator.ledger_anchoring`), and against copies kept
+elsewhere (see :meth:`Ledger.backup`). A chain does not depend on its store: a ledger
+copied from one store to the other (:func:`copy_ledger`) verifies the same, to the same
+head.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from dpcurator.curator.credentials import (
     new_token,
     split_token,
 )
+from dpcurator.curator.ledger_anchoring import Anchoring, anchor_file, verify_interval
 from dpcurator.curator.stores import (
     Rows,
     is_url,
@@ -244,7 +248,7 @@ def _valid_box(cov: dict) -> bool:
     return True
 
 
-class Ledger:
+class Ledger(Anchoring):
     """A ledger shared by every curator process that serves the same data.
 
     ``Ledger(target, identity)`` opens the ledger that ``target`` names, verifying all
@@ -255,6 +259,14 @@ class Ledger:
     creates one. ``target=None`` or ``":memory:"`` gives a fresh ledger in memory that
     dies with the process: then :attr:`durable` is False. :attr:`path` names the ledger
     in messages (a URL without its password).
+
+    ``anchor``: the file outside the store where the chains' heads are appended after
+    each commit, and against which the ledger is checked on open, so that a rollback is
+    refused (see :mod:`dpcurator.curator.ledger_anchoring`): ``True`` (the default) is
+    ``<file>.anchor`` beside an SQLite ledger and none for PostgreSQL, ``None`` none.
+    Opened with an ``identity`` (by a curator), the heads found are anchored at once.
+    ``verify_every``: seconds between re-verifications of the whole ledger by a thread
+    of this process (None, the default: only on open and by :meth:`verify`).
     """
 
     def __init__(
@@ -263,8 +275,13 @@ class Ledger:
         identity: dict[str, object] | None = None,
         *,
         create: bool = True,
+        anchor: str | Path | bool | None = True,
+        verify_every: float | None = None,
     ) -> None:
+        anchor_path = anchor_file(path, anchor)  # bad arguments change nothing
+        every = verify_interval(verify_every)
         self._lock = threading.RLock()
+        self._target = path
         self._closed = False
         self._at_head = False  # inside a write transaction, once the chain's tail is checked
         self._opened: list[ChargeRow] | None = None
@@ -289,8 +306,13 @@ class Ledger:
         self.durable = self._store.durable
         self.path = self._store.location
         try:
+            anchored = self._read_anchor(anchor_path)
             self._open(want)
+            self._setup_anchor(anchored, curator=want is not None)
+            self._start_verifying(every)
         except BaseException as err:
+            if self._anchor is not None:
+                self._anchor.close()
             self._store.close()
             if isinstance(err, self._store.errors):
                 raise LedgerError(
@@ -378,11 +400,14 @@ class Ledger:
             return rows if keep else None
 
     def verify(self) -> int:
-        """Verify the whole ledger again (as on open); return the number of charges."""
+        """Verify the whole ledger again (as on open, against its anchor too); return the
+        number of charges."""
+        anchored = self.anchored()  # before the snapshot, which holds what it records
         try:
             self._verify_all()
         except self._store.errors as err:
             raise self._unreadable(err) from None
+        self._check_anchor(anchored)
         return self._head[0]
 
     def _rows(self) -> Rows:
@@ -588,6 +613,8 @@ class Ledger:
         nothing committed; :class:`TransactionAborted` when the database aborted it and
         it may be run again."""
         with self._lock:
+            self._usable()
+            self._anchor_heads()  # an earlier commit's, if it failed: then nothing is written
             store = self._store
             saved = (self._head, self._analysts, self._analysts_head)
             try:
@@ -610,6 +637,7 @@ class Ledger:
                     store.rollback()
                     self._head, self._analysts, self._analysts_head = saved
                     raise self._unusable(err, committing=True) from None
+                self._anchor_heads()  # before the commit's answers leave
             finally:
                 self._tx, self._writing = None, False
                 self._at_head = False
@@ -634,6 +662,7 @@ class Ledger:
     @contextmanager
     def _snapshot(self) -> Iterator[Rows]:
         """Read in one consistent snapshot (the caller's transaction, or a read one)."""
+        self._usable()
         if self._tx is not None:
             yield self._tx
             return
@@ -852,6 +881,7 @@ class Ledger:
         with self._auth_lock:
             if self._closed:
                 raise LedgerError(f"ledger {self.path}: closed")
+            self._usable()
             head, entries, by_key = self._auth_view
             if not head[1]:
                 head = (0, _analysts_genesis(self._genesis))
@@ -997,7 +1027,7 @@ class Ledger:
         def check(where: str) -> None:
             """The copy, where it was built: a whole ledger extending the verified chain."""
             try:
-                copy = Ledger(where, None, create=False)
+                copy = Ledger(where, None, create=False, anchor=None)
             except LedgerError as err:  # changed since it was verified here: say where
                 raise LedgerError(str(err).replace(location_of(where), self.path)) from None
             try:
@@ -1013,7 +1043,7 @@ class Ledger:
 
         write_copy(target, dump, force=force, verify=check, label=label)
         (report,) = made
-        placed = Ledger(target, None, create=False)  # verified again, in place
+        placed = Ledger(target, None, create=False, anchor=None)  # verified again, in place
         try:
             if placed.head != (report.charges, report.head):
                 raise LedgerError(
@@ -1029,10 +1059,13 @@ class Ledger:
         the way out the connection switches to DELETE mode, which removes it once SQLite
         holds the write lock (never while another connection writes through it), so no
         empty ``-journal`` file is left beside the ledger."""
+        self._stop_verifying()
         with self._lock, self._auth_lock:
             if not self._closed:
                 self._closed = True
                 self._store.close()
+                if self._anchor is not None:
+                    self._anchor.close()
 
 
 def _backup_file(target: str | Path) -> str:
@@ -1047,28 +1080,41 @@ def _backup_file(target: str | Path) -> str:
     return name
 
 
-def backup_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
-    """Verify the ledger at ``source`` and copy it, live, to the file ``target`` (see
-    :meth:`Ledger.backup`)."""
+def backup_ledger(
+    source: str | Path,
+    target: str | Path,
+    *,
+    force: bool = False,
+    anchor: str | Path | bool | None = True,
+) -> BackupReport:
+    """Verify the ledger at ``source`` (against its ``anchor``, see :class:`Ledger`) and
+    copy it, live, to the file ``target`` (see :meth:`Ledger.backup`)."""
     name = _backup_file(target)
     if Path(name).exists() and not force:
         raise LedgerError(f"backup {name}: the file exists; refusing to overwrite it")
-    led = Ledger(source, None, create=False)  # verifies all of it
+    led = Ledger(source, None, create=False, anchor=anchor)  # verifies all of it
     try:
         return led._copy(name, force=force, verified=True, label="backup")
     finally:
         led.close()
 
 
-def copy_ledger(source: str | Path, target: str | Path, *, force: bool = False) -> BackupReport:
+def copy_ledger(
+    source: str | Path,
+    target: str | Path,
+    *,
+    force: bool = False,
+    anchor: str | Path | bool | None = True,
+) -> BackupReport:
     """Copy the ledger at ``source`` to ``target``, from either store to either store
     (SQLite to PostgreSQL and back): ``source`` is verified in full, one snapshot of its
     rows (at least every charge committed before the call, taken while curators keep
     charging) is written where it is built (beside a file, or in a scratch schema),
     verified there, put in place, and verified again. Rows are copied as stored, so the
-    copy's chains and head are the source's. A ``target`` that holds a ledger (a file
-    that exists; a schema with a ledger's tables) is replaced only if ``force``."""
-    led = Ledger(source, None, create=False)
+    copy's chains and head are the source's (the source's ``anchor``, checked first,
+    serves the copy too). A ``target`` that holds a ledger (a file that exists; a schema
+    with a ledger's tables) is replaced only if ``force``."""
+    led = Ledger(source, None, create=False, anchor=anchor)
     try:
         return led._copy(str(target), force=force, verified=True, label="copy")
     finally:

@@ -43,6 +43,7 @@ _SQL = {
     "charge_hash": "SELECT hash FROM charges WHERE id = ?",
     "charge_hashes": "SELECT id, hash FROM charges WHERE id BETWEEN ? AND ?",
     "charges_after": f"SELECT {_CHARGES} FROM charges WHERE id > ? ORDER BY id",
+    "charges_page": f"SELECT {_CHARGES} FROM charges WHERE id > ? ORDER BY id LIMIT ?",
     "insert_charge": f"INSERT INTO charges ({_CHARGES}) VALUES ({', '.join('?' * 13)})",
     "set_answer": "UPDATE charges SET answer = ?, answer_hash = ? WHERE id = ?",
     "analysts_after": f"SELECT {_ANALYSTS} FROM analysts WHERE seq > ? ORDER BY seq",
@@ -108,6 +109,10 @@ class Rows:
 
     def charges_after(self, cid: int) -> list[tuple]:
         return self._all("charges_after", cid)
+
+    def charges_page(self, cid: int, limit: int) -> list[tuple]:
+        """The first ``limit`` charges after ``cid``."""
+        return self._all("charges_page", cid, limit)
 
     def insert_charge(self, row: Sequence[object]) -> None:
         self._conn.execute(self._sql["insert_charge"], tuple(row))
