@@ -394,6 +394,7 @@ def config(tmp: Path, url: str) -> Path:
 epsilon = 1
 [ledger]
 url = "{url}"
+anchor = "{tmp / 'ledger.anchor'}"
 [server]
 port = 0
 [tables.adult]
@@ -414,7 +415,8 @@ def test_serve_never_shows_the_password(how, server, tmp_path):
     if how == "config":
         argv: list[object] = ["--config", config(tmp_path, url)]
     else:
-        argv = ["--ledger", url, *DATA, "--epsilon", "1", "--port", "0"]
+        argv = ["--ledger", url, "--anchor", tmp_path / "ledger.anchor"]
+        argv += [*DATA, "--epsilon", "1", "--port", "0"]
     p, lines = start(argv, tmp_path)
     try:
         clean(*lines)
