@@ -55,6 +55,7 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   [data]
   privacy_unit = "user_id:3"    # a person may own up to 3 rows (--privacy-unit)
   unit_name = "person"          # what one unit is, in every text (--unit-name)
+                                # (or the older [privacy_unit] column, max_rows, name)
   [tables.visits]               # one section per table (or --data/--schema)
   data = "visits.csv"
   schema = "visits.json"
@@ -260,13 +261,13 @@ def _configured_unit(cfg: dict[str, Any]) -> Any:
     if old:
         if "column" not in old or "max_rows" not in old:
             raise InvalidParameter("--config: [privacy_unit] needs column and max_rows")
-        column = _text(old, "privacy_unit", "column")
-        assert column is not None
-        k = check_rows(old["max_rows"], "--config: [privacy_unit] max_rows")
-        name = options.unit_name(
+        id_column = _text(old, "privacy_unit", "column")
+        assert id_column is not None
+        max_rows = check_rows(old["max_rows"], "--config: [privacy_unit] max_rows")
+        old_name = options.unit_name(
             _text(old, "privacy_unit", "name"), "--config: [privacy_unit] name"
         )
-        before = PrivacyUnit(column, k, name or DEFAULT_NAME)
+        before = PrivacyUnit(id_column, max_rows, old_name or DEFAULT_NAME)
     if new is not None and before is not None and new != before:
         raise InvalidParameter(
             "--config: [data] privacy_unit and [privacy_unit] name different units; give one"
