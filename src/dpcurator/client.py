@@ -35,6 +35,7 @@ from dpcurator.curator.answers import (
     TableAnswer,
 )
 from dpcurator.curator.curator import Estimate, Remaining
+from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
 
 #: The exception each error reason of the service becomes.
 _ERRORS: dict[str, type[errors.DpCuratorError]] = {
@@ -520,5 +521,14 @@ class Client:
         return [HistoryEntry(**h) for h in self._call("GET", "/v1/history")]
 
     def schema(self) -> dict[str, Any]:
-        """The public schema of every table, the budget and its currency."""
+        """The public schema of every table, the budget and its currency, and the privacy
+        unit (``{"column": ..., "max_rows": k, "name": ...}``, or None)."""
         return self._call("GET", "/v1/schema")
+
+    def privacy_unit(self) -> PrivacyUnit | None:
+        """Whom every cost protects (None: each row on its own); its ``describe()`` says
+        it in words: ``per aircraft (tailnum), up to 50 rows each``."""
+        unit = self.schema().get("privacy_unit")
+        if unit is None:
+            return None
+        return PrivacyUnit(unit["column"], unit["max_rows"], unit.get("name", DEFAULT_NAME))

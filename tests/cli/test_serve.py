@@ -246,7 +246,9 @@ def stop(p: subprocess.Popen) -> tuple[str, str]:
 def test_port_0_prints_the_url_last_and_serves_it(files) -> None:
     p, lines = start([*base(files), "--port", "0"], files["dir"])
     try:
-        assert len(lines) == 3 and lines[0].startswith("analysts: none yet")
+        assert len(lines) == 5 and lines[0].startswith("analysts: none yet")
+        assert lines[2].startswith("privacy unit: none, so every cost is per row")
+        assert lines[3] == "data: 50 rows read, all used"
         m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)", lines[-1])
         assert m and 0 < int(m.group(1)) < 65536
         url = lines[-1].split()[-1]

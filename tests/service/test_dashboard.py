@@ -124,6 +124,15 @@ def test_every_route_needs_a_valid_token(served, path: str) -> None:
 # --- who sees what -----------------------------------------------------------------------
 
 
+def test_without_a_unit_every_cost_is_per_row(served) -> None:
+    """The overview says whom the budget protects; /v1/schema has no unit (null)."""
+    client, _, tokens = served
+    overview = client.get("/v1/dashboard/overview", headers=auth(tokens, "bob")).json()
+    assert overview["privacy_unit"] is None and overview["unit_text"] == "per row"
+    schema = client.get("/v1/schema", headers=auth(tokens, "bob")).json()
+    assert "privacy_unit" in schema and schema["privacy_unit"] is None
+
+
 def test_an_analyst_sees_only_her_own_records(served) -> None:
     client, _, tokens = served
     ask(client, tokens, "alice", "count", {"query": "age < 30", "epsilon": 0.1})

@@ -178,7 +178,8 @@ def test_an_analyst_sees_only_herself(page, server, tmp_path) -> None:
     body = pg.inner_text("main")
     assert "bob" not in body and "root" not in body
     assert "marginal(region, score)" not in body  # bob's request
-    assert "Your quota" in pg.inner_text("#budget-summary")
+    summary = pg.inner_text("#budget-summary")
+    assert "Your quota" in summary and "Privacy unit" in summary and "per row" in summary
     assert pg.locator("#spend-chart svg polyline").count() == 1
     assert "bob" not in pg.inner_html("#spend-chart")
     assert pg.locator("#analysts tbody tr").count() == 1

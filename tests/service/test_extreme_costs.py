@@ -23,7 +23,10 @@ def test_a_quantile_at_a_tiny_epsilon_is_refused_at_once(tmp_path, epsilon):
         with s.http("alice") as c:
             for path, body in (
                 ("/v1/estimate", {"kind": "median", "attribute": "age", "epsilon": epsilon}),
-                ("/v1/estimate", {"kind": "quantile", "attribute": "age", "q": 0.1, "epsilon": epsilon}),
+                (
+                    "/v1/estimate",
+                    {"kind": "quantile", "attribute": "age", "q": 0.1, "epsilon": epsilon},
+                ),
                 ("/v1/median", {"attribute": "age", "epsilon": epsilon}),
                 ("/v1/quantiles", {"attribute": "age", "qs": [0.25, 0.75], "epsilon": epsilon}),
             ):

@@ -40,6 +40,7 @@ _CLI_TERMS = (
     (re.compile(r"\bseparator must"), "--separator must"),
     (re.compile(r"\bskip must"), "--skip must"),
     (re.compile(r"name one with table="), "name one with --table"),
+    (re.compile(r"\bprivacy unit column "), "--privacy-unit column "),
 )
 
 

@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpcurator.cli import options, output
+from dpcurator.cli import load_report, options, output
 from dpcurator.cli.anchoring import add_anchor, anchor_of, warn_unanchored
 from dpcurator.cli.release import (
     POSTPROCESS,
     check_confidence,
-    load_line,
     postprocess_steps,
     release_intervals,
     rows_of,
@@ -179,6 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="time for the overlap solver and the optimiser (default 30)",
     )
     options.add_loading(p)
+    options.add_privacy_unit(p)
     p.add_argument(
         "--progress", action="store_true", help="show a progress bar (default: on a terminal)"
     )
@@ -193,7 +193,9 @@ _MEASURES = {
 }
 
 
-def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, Any]:
+def summary(plan, out: str | None, seconds: float | None = None, unit=None) -> dict[str, Any]:
+    """The release's summary (what ``--json`` prints); ``unit``: the PrivacyUnit whom
+    every cost protects (None: each row)."""
     from dpcurator.planner import objective_values
 
     d: dict[str, Any] = {
@@ -206,6 +208,7 @@ def summary(plan, out: str | None, seconds: float | None = None) -> dict[str, An
         "strategies": [c.to_dict() for c in plan.candidates],
         "budget": plan.budget.describe(),
         "guarantee": plan.guarantee.to_dict(),
+        "privacy_unit": None if unit is None else unit.to_dict(),
         "utility_gain": plan.utility_gain,
         "expected_abs_noise": dict(plan.expected_abs),
         "expected_squared_error": dict(plan.expected_sq),
@@ -249,6 +252,15 @@ def guarantee_text(g: dict[str, Any]) -> str:
     return f"{additive('mu', 'mu')}-GDP"
 
 
+def unit_text(d: dict[str, Any]) -> str:
+    """Whom the summary's guarantee protects: ``per aircraft (tailnum), up to 50 rows
+    each``, or ``per row``."""
+    from dpcurator.curator.privacy_unit import PrivacyUnit, unit_text
+
+    u = d.get("privacy_unit")
+    return unit_text(None if u is None else PrivacyUnit(**u))
+
+
 def print_summary(d: dict[str, Any], stream) -> None:
     g = d["guarantee"]
     p = lambda s="": print(s, file=stream)  # noqa: E731
@@ -273,7 +285,10 @@ def print_summary(d: dict[str, Any], stream) -> None:
                 f"expected error ({d.get('objective') or 'objective'}), planned in "
                 f"{c['seconds']:.2f} s"
             )
-    p(f"guarantee:    {guarantee_text(g)}  [{g['worst_point_queries']} queries at the worst point]")
+    p(
+        f"guarantee:    {guarantee_text(g)} {unit_text(d)}  "
+        f"[{g['worst_point_queries']} queries at the worst point]"
+    )
     p(f"theorem:      {g['theorem']}")
     e = d["expected_abs_noise"]
     direct = d.get("strategy", "direct") == "direct"
@@ -388,6 +403,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameter(f"--time-limit must be a positive number, got {args.time_limit}")
     ledger = ledger_option(args.ledger)
     guarantee = options.budget_from(args)
+    unit = options.privacy_unit_from(args)
     steps = postprocess_steps(args.postprocess)
     confidence = check_confidence(args.confidence)
     opts = options.load_options(args)
@@ -417,6 +433,7 @@ def run(args: argparse.Namespace) -> int:
             budget=guarantee,
             ledger=ledger,
             anchor=anchor_of(args),
+            privacy_unit=unit,
             **opts,
             **options.backend_options(args),
         ) as cur:
@@ -429,9 +446,9 @@ def run(args: argparse.Namespace) -> int:
                 objective=args.objective,
                 strategy=args.strategy,
             )
-            d = summary(plan, args.out, None)
+            d = summary(plan, args.out, None, unit)
             ledger_summary(d, cur, ledger)
-            loaded = load_line(cur.load_reports())
+            reports = cur.load_reports()
         bar.step("post-processing")
         if workload.statistics:
             rows, rel = mixed_rows(plan, workload.statistics, answers, steps, confidence)
@@ -459,8 +476,10 @@ def run(args: argparse.Namespace) -> int:
     d["postprocess"] = steps
     if rel.note:
         d.setdefault("notes", []).append(rel.note)
+    loaded = load_report.lines(reports, unit)
     if loaded:
-        d["data"] = loaded
+        d["data"] = "; ".join(loaded)
+        d["load_report"] = load_report.as_json(reports)
     if args.plot:
         d["plot"] = args.plot
     if args.out is None and args.json:

@@ -16,6 +16,7 @@ import math
 import time
 from pathlib import Path
 
+from dpcurator.cli import options
 from dpcurator.errors import InvalidParameter
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "under the three allocations, and the budget spent per query",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    options.add_privacy_unit(p)
     p.add_argument(
         "--progress", action="store_true", help="show a progress bar (default: on a terminal)"
     )
@@ -57,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
-    from dpcurator.cli import output
-    from dpcurator.cli.answer import guarantee_text, summary
+    from dpcurator.cli import load_report, output
+    from dpcurator.cli.answer import guarantee_text, summary, unit_text
     from dpcurator.cli.release import release_intervals, rows_of
     from dpcurator.planner import compare_objectives, strategy_errors
     from dpcurator.planner.consistency import consistency_system
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
         raise InvalidParameter(f"--epsilon must be a finite number > 0, got {args.epsilon}")
+    unit = options.privacy_unit_from(args)
     fmt = output.out_format(args.out) if args.out else None
     if args.out:
         output.check_writable(args.out, "--out")
@@ -85,10 +88,11 @@ def run(args: argparse.Namespace) -> int:
         budget = PureDP(args.epsilon)
         bar.step("loading the data, planning")
         with Curator.open(
-            data=DATA, schema=schema, budget=budget, separator=",", header=True
+            data=DATA, schema=schema, budget=budget, separator=",", header=True, privacy_unit=unit
         ) as cur:
             bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(wl)  # default objective and strategy
+            reports = cur.load_reports()
         bar.step("the other allocations, planned")
         splits = compare_objectives(plan) + strategy_errors(plan)
         bar.step("consistent answers (least squares)")
@@ -116,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                 splits=splits,
             )
     seconds = time.monotonic() - t0
-    d = summary(plan, args.out, seconds)
+    d = summary(plan, args.out, seconds, unit)
+    d["load_report"] = load_report.as_json(reports)
     d["postprocess"] = ["consistent"]
     d["ledger"] = {"path": ":memory:", "durable": False}
     d["showcase_table"] = SHOWCASE
@@ -133,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"  data:      {DATA.relative_to(ROOT)} (3,257 rows; Becker & Kohavi 1996, UCI, CC BY 4.0)"
     )
+    if unit is not None:
+        (loaded,) = load_report.lines(reports, unit)
+        print(f"  unit:      every cost is {unit.describe()}; {loaded}")
     print(f"  workload:  {WORKLOAD.relative_to(ROOT)}: {tables} marginal tables, {t:,} cells")
     print(f"  budget:    epsilon = {args.epsilon:g} (pure DP, discrete Laplace noise, OS CSPRNG)")
     print("  ledger:    in memory (a demo: nothing is kept; `dpcurator answer` needs --ledger)")
@@ -149,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     g = plan.guarantee
     print(
-        f"Guarantee: {guarantee_text(g.to_dict())} ({g.worst_queries} queries at the worst point)"
+        f"Guarantee: {guarantee_text(g.to_dict())} {unit_text(d)} "
+        f"({g.worst_queries} queries at the worst point)"
     )
     print(f"  {g.theorem}")
     print()

@@ -1,10 +1,11 @@
-"""Options that several subcommands share: the budget, how to load a data file, and the
-ledger (``LEDGER`` or ``--ledger LEDGER``, whichever is typed)."""
+"""Options that several subcommands share: the budget, how to load a data file, the privacy
+unit, and the ledger (``LEDGER`` or ``--ledger LEDGER``, whichever is typed)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,62 @@ def load_options(args: argparse.Namespace) -> dict[str, Any]:
     if replace:
         opts["replace"] = replace
     return opts
+
+
+def add_privacy_unit(p: argparse.ArgumentParser) -> None:
+    """``--privacy-unit COLUMN:K`` and ``--unit-name NAME`` (see :func:`privacy_unit_from`)."""
+    g = p.add_argument_group("privacy unit (default: every row protected on its own)")
+    g.add_argument(
+        "--privacy-unit",
+        metavar="COLUMN:K",
+        help="a person (or aircraft, ...) is the rows sharing one value of COLUMN; keep "
+        "the first K of each (file order) and make every cost per unit, e.g. tailnum:50",
+    )
+    g.add_argument(
+        "--unit-name",
+        metavar="NAME",
+        help="what one unit is, for the texts that state a cost (default: person), e.g. aircraft",
+    )
+
+
+def parse_privacy_unit(text: str, what: str = "--privacy-unit") -> tuple[str, int]:
+    """``COLUMN:K`` as (column, k). The column is what precedes the last colon, so a
+    column whose name holds a colon still works."""
+    from dpcurator.curator.privacy_unit import MAX_ROWS
+
+    column, colon, k = text.rpartition(":")
+    if not colon:
+        raise InvalidParameter(
+            f"{what}: give COLUMN:K, the id column and the most rows one unit may own "
+            f"(e.g. tailnum:50), got {text!r}"
+        )
+    if not column.strip():
+        raise InvalidParameter(f"{what}: give the id column before the colon, got {text!r}")
+    if re.fullmatch(r"[0-9]{1,7}", k.strip()) is None or not 1 <= int(k) <= MAX_ROWS:
+        raise InvalidParameter(
+            f"{what}: K must be an integer from 1 to {MAX_ROWS:,} (rows one unit may own), "
+            f"got {k.strip()!r}"
+        )
+    return column, int(k)
+
+
+def unit_name(text: str | None, what: str = "--unit-name") -> str | None:
+    """A unit's name (surrounding spaces dropped), checked as every text shows it."""
+    from dpcurator.curator.privacy_unit import check_name
+
+    return None if text is None else check_name(text.strip(), what)
+
+
+def privacy_unit_from(args: argparse.Namespace) -> Any:
+    """The PrivacyUnit of ``--privacy-unit`` and ``--unit-name``, or None."""
+    from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
+
+    name = unit_name(args.unit_name)
+    if args.privacy_unit is None:
+        if name is not None:
+            raise InvalidParameter(
+                "--unit-name names the privacy unit: give --privacy-unit COLUMN:K too"
+            )
+        return None
+    column, k = parse_privacy_unit(args.privacy_unit)
+    return PrivacyUnit(column, k, name or DEFAULT_NAME)

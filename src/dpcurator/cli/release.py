@@ -214,22 +214,3 @@ def rows_of(plan: Any, answers: Sequence[Any], rel: Released, confidence: float)
             }
         )
     return rows
-
-
-def load_line(reports: dict[str, Any]) -> str | None:
-    """One line on what loading dropped or replaced (None if it dropped nothing)."""
-    parts = []
-    for name, r in reports.items():
-        if r is None:
-            continue
-        bits = []
-        if r.dropped_invalid:
-            bits.append(f"{r.dropped_invalid:,} dropped (values outside the schema)")
-        if r.dropped_privacy_unit:
-            bits.append(f"{r.dropped_privacy_unit:,} dropped (over the privacy unit's limit)")
-        for attr, n in sorted(r.replaced.items()):
-            bits.append(f"{n:,} with {attr} replaced")
-        if bits:
-            what = f"{name}: " if len(reports) > 1 else ""
-            parts.append(f"{what}{r.rows_read:,} rows read, {r.rows:,} used; " + ", ".join(bits))
-    return "; ".join(parts) if parts else None

@@ -55,9 +55,10 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   max_charges = 10000           # ledger rows one request may write
   max_request_cells = 50000     # cells of one whole request: every line's cells,
                                 # statistics' groups (x candidates x quantiles)
-  [privacy_unit]                # a person may own up to max_rows rows
-  column = "user_id"
-  max_rows = 3
+  [data]
+  privacy_unit = "user_id:3"    # a person may own up to 3 rows (--privacy-unit)
+  unit_name = "person"          # what one unit is, in every text (--unit-name)
+                                # (or the older [privacy_unit] column, max_rows, name)
   [tables.visits]               # one section per table (or --data/--schema)
   data = "visits.csv"
   schema = "visits.json"
@@ -120,6 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and print an analyst's token",
     )
     options.add_loading(p)
+    options.add_privacy_unit(p)
     p.set_defaults(handler=run)
 
 
@@ -162,7 +164,8 @@ _KEYS = {
         "max_charges",
         "max_request_cells",
     },
-    "privacy_unit": {"column", "max_rows"},
+    "data": {"privacy_unit", "unit_name"},
+    "privacy_unit": {"column", "max_rows", "name"},  # the older form of [data] privacy_unit
     "tables": None,
 }
 
@@ -274,6 +277,53 @@ def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[An
     return out
 
 
+def _configured_unit(cfg: dict[str, Any]) -> Any:
+    """The config's privacy unit: ``[data] privacy_unit = "COLUMN:K"`` (and
+    ``unit_name``), or the older ``[privacy_unit]`` ``column``, ``max_rows`` (and
+    ``name``); both only if they say the same."""
+    from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit, check_rows
+
+    data, old = _section(cfg, "data"), _section(cfg, "privacy_unit")
+    new = None
+    if "privacy_unit" in data:
+        text = _text(data, "data", "privacy_unit")
+        assert text is not None
+        column, k = options.parse_privacy_unit(text, "--config: [data] privacy_unit")
+        name = options.unit_name(_text(data, "data", "unit_name"), "--config: [data] unit_name")
+        new = PrivacyUnit(column, k, name or DEFAULT_NAME)
+    elif "unit_name" in data:
+        raise InvalidParameter("--config: [data] unit_name goes with [data] privacy_unit")
+    before = None
+    if old:
+        if "column" not in old or "max_rows" not in old:
+            raise InvalidParameter("--config: [privacy_unit] needs column and max_rows")
+        id_column = _text(old, "privacy_unit", "column")
+        assert id_column is not None
+        max_rows = check_rows(old["max_rows"], "--config: [privacy_unit] max_rows")
+        old_name = options.unit_name(
+            _text(old, "privacy_unit", "name"), "--config: [privacy_unit] name"
+        )
+        before = PrivacyUnit(id_column, max_rows, old_name or DEFAULT_NAME)
+    if new is not None and before is not None and new != before:
+        raise InvalidParameter(
+            "--config: [data] privacy_unit and [privacy_unit] name different units; give one"
+        )
+    return new or before
+
+
+def _privacy_unit(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+    """The unit served: --privacy-unit replaces the config's whole unit (its name too),
+    --unit-name alone renames the config's unit."""
+    import dataclasses
+
+    unit = _configured_unit(cfg)  # checked even when the flag replaces it
+    if args.privacy_unit is not None or unit is None:
+        return options.privacy_unit_from(args)  # (refuses a name without a unit)
+    if args.unit_name is None:
+        return unit
+    return dataclasses.replace(unit, name=options.unit_name(args.unit_name))
+
+
 def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str, limit: float):
     from dpcurator import Curator
     from dpcurator.curator.requests import RequestLimits
@@ -290,8 +340,7 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str, limit: flo
 
     budget = _budget(args, cfg)
     tables = _tables(args, cfg)
-    unit = _section(cfg, "privacy_unit")
-    privacy_unit = (unit.get("column"), unit.get("max_rows")) if unit else None
+    privacy_unit = _privacy_unit(args, cfg)
     anchor, every = _anchoring(args, _section(cfg, "ledger"), ledger)
     loads = [load for _, _, load in tables.values()]
     if any(load != loads[0] for load in loads):
@@ -330,6 +379,22 @@ def _stoppable_server(config: Any, curator: Any) -> Any:
             super().handle_exit(sig, frame)
 
     return Server(config, curator)
+
+
+def _data_lines(curator: Any) -> list[str]:
+    """Whom every cost protects, and what loading kept of each table: the custodian's
+    own view (the rows depend on the data; no route returns them)."""
+    from dpcurator.cli import load_report
+
+    unit = curator.privacy_unit
+    first = (
+        "privacy unit: none, so every cost is per row (--privacy-unit COLUMN:K when one "
+        "person may own several rows)"
+        if unit is None
+        else f"privacy unit: every cost is {unit.describe()}"
+    )
+    loaded = load_report.lines(curator.load_reports(), unit)
+    return [first, *(f"data: {line}" for line in loaded)]
 
 
 def _analysts_line(curator: Any, ledger: str) -> str:
@@ -471,6 +536,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(_analysts_line(curator, ledger))
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
+        for line in _data_lines(curator):
+            print(line)
         print(f"listening on {url}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(

@@ -11,6 +11,7 @@ from dpcurator.curator.answers import (
 from dpcurator.curator.budget import Budget
 from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
 from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
+from dpcurator.curator.privacy_unit import PrivacyUnit
 
 __all__ = [
     "AnalystSession",
@@ -21,6 +22,7 @@ __all__ = [
     "Estimate",
     "HistoryEntry",
     "OverlapFilter",
+    "PrivacyUnit",
     "Remaining",
     "Statistic",
     "StatisticAnswer",

@@ -44,6 +44,7 @@ from dpcurator.curator.overlap_filter import (
     OverlapFilter,
     coverage_key,
 )
+from dpcurator.curator.privacy_unit import PrivacyUnit
 from dpcurator.curator.solver_pool import SolverPool
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
 from dpcurator.curator.statistics import STATISTICS, expanded_record
@@ -172,7 +173,7 @@ class Curator(StatisticRequests, WorkloadRequests):
         ledger: Ledger,
         *,
         rng: RandomSource,
-        group_size: int = 1,
+        privacy_unit: PrivacyUnit | None = None,
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         limits: requests.RequestLimits | None = None,
         request_time_limit: float | None = None,
@@ -183,7 +184,9 @@ class Curator(StatisticRequests, WorkloadRequests):
         self.budget = budget
         self._ledger = ledger
         self._rng = rng
-        self._k = group_size
+        #: Whom a cost protects (None: each row); its k is every count's sensitivity.
+        self.privacy_unit = privacy_unit
+        self._k = 1 if privacy_unit is None else privacy_unit.max_rows
         self._time_limit = solver_time_limit
         self._request_limit = request_time_limit
         self._pool = SolverPool(solver_threads)
@@ -204,7 +207,7 @@ class Curator(StatisticRequests, WorkloadRequests):
         ledger: str | Path | None = None,
         anchor: str | Path | bool | None = True,
         verify_every: float | None = None,
-        privacy_unit: tuple[str, int] | None = None,
+        privacy_unit: tuple[str, int] | tuple[str, int, str] | PrivacyUnit | None = None,
         tables: Mapping[str, tuple[object, Schema | str | Path]] | None = None,
         rng: RandomSource | None = None,
         allow_insecure: bool = False,
@@ -222,7 +225,9 @@ class Curator(StatisticRequests, WorkloadRequests):
         order, a rule that reads no other value) and every cost is a per-person cost: the
         noise is calibrated to sensitivity k, which is the k-fold group privacy of the
         per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun & Steinke 2016, Prop. 1.9
-        for zCDP; Dong, Roth & Su 2022 for GDP). ``ledger``: an SQLite file, or
+        for zCDP; Dong, Roth & Su 2022 for GDP). ``("tailnum", 50, "aircraft")`` or a
+        :class:`~dpcurator.curator.privacy_unit.PrivacyUnit` also names the unit for
+        people to read ("per aircraft"; default "person"). ``ledger``: an SQLite file, or
         ``postgresql://user@host/dbname[?schema=NAME]`` for a ledger that curators on
         several hosts share (see :mod:`dpcurator.curator.stores`); ``ledger=None`` keeps
         the ledger in memory only. ``anchor``: the file outside the ledger's store where
@@ -280,21 +285,7 @@ class Curator(StatisticRequests, WorkloadRequests):
             raise InvalidParameter(
                 f"solver_threads must be an integer in [1, 64], got {solver_threads!r}"
             )
-        k = 1
-        if privacy_unit is not None:
-            if (
-                not isinstance(privacy_unit, tuple)
-                or len(privacy_unit) != 2
-                or not isinstance(privacy_unit[0], str)
-                or isinstance(privacy_unit[1], bool)
-                or not isinstance(privacy_unit[1], int)
-                or not 1 <= privacy_unit[1] <= 10**6
-            ):
-                raise InvalidParameter(
-                    "privacy_unit must be (id_column, k) with an integer 1 <= k <= 1000000, "
-                    f"got {privacy_unit!r}"
-                )
-            k = privacy_unit[1]
+        unit = PrivacyUnit.of(privacy_unit)
         if tables is None:
             if data is None or schema is None:
                 raise InvalidParameter("give data= and schema=, or tables={name: (data, schema)}")
@@ -314,13 +305,17 @@ class Curator(StatisticRequests, WorkloadRequests):
             "currency": b.currency,
             "amount": str(b.amount),
             "tables": {n: s.to_dict() for n, s in schemas.items()},
-            "privacy_unit": list(privacy_unit) if privacy_unit else None,
+            "privacy_unit": list(unit.pair) if unit else None,  # the name changes no number
         }
         backends = {}
         try:
             for name, (d, _) in tables.items():
                 backends[name] = loader(
-                    d, schemas[name], privacy_unit=privacy_unit, name=name, **load_options
+                    d,
+                    schemas[name],
+                    privacy_unit=unit.pair if unit else None,
+                    name=name,
+                    **load_options,
                 )
             led = Ledger(ledger, identity, anchor=anchor, verify_every=verify_every)
         except BaseException:
@@ -334,7 +329,7 @@ class Curator(StatisticRequests, WorkloadRequests):
             b,
             led,
             rng=source,
-            group_size=k,
+            privacy_unit=unit,
             solver_time_limit=solver_time_limit,
             limits=limits,
             request_time_limit=request_time_limit,

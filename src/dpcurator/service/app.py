@@ -262,6 +262,9 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
             tables={n: curator.schema(n).to_dict() for n in curator.tables},
             budget=curator.budget.describe(),
             currency=curator.budget.currency,
+            privacy_unit=None
+            if curator.privacy_unit is None
+            else m.PrivacyUnitOut(**curator.privacy_unit.to_dict()),
         )
 
     @app.post("/v1/count", response_model=m.AnswerOut, tags=["queries"])

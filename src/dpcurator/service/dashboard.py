@@ -7,9 +7,10 @@ below, which show each token exactly what ``/v1`` would show it: an analyst sees
 own charges, answers, quota and refusals, and the remaining budget (a public quantity:
 it depends on queries and costs only); an administrator sees everyone's.
 
-- ``GET /v1/dashboard/overview``: the budget, what is left at the worst point, the
-  analysts (an analyst: herself) with what they were charged and have left of their
-  quota, and the spend over time as SVG.
+- ``GET /v1/dashboard/overview``: the budget and whom it protects (the privacy unit,
+  and ``unit_text`` in words), what is left at the worst point, the analysts (an
+  analyst: herself) with what they were charged and have left of their quota, and the
+  spend over time as SVG.
 - ``GET /v1/dashboard/answers``: the latest charges with their answers and 95%
   intervals (error bars as SVG).
 - ``GET /v1/dashboard/refusals``: recent refusals. The ledger records only what was
@@ -52,6 +53,7 @@ from dpcurator.curator.landscape import (
     worst_loss,
 )
 from dpcurator.curator.ledger import ChargeRow
+from dpcurator.curator.privacy_unit import unit_text
 from dpcurator.curator.statistics import recorded_results
 from dpcurator.errors import DpCuratorError, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise
@@ -317,6 +319,8 @@ class Dashboard:
             "you": {"name": who.name, "admin": who.admin},
             "budget": budget.describe(),
             "currency": budget.currency,
+            "privacy_unit": None if c.privacy_unit is None else c.privacy_unit.to_dict(),
+            "unit_text": unit_text(c.privacy_unit),
             "total": total,
             "remaining": {
                 "remaining": here[0],

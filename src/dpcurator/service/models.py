@@ -357,10 +357,21 @@ class HealthOut(BaseModel):
     status: str
 
 
+class PrivacyUnitOut(BaseModel):
+    column: str = Field(description="the id column: a unit is the rows sharing one value")
+    max_rows: int = Field(description="the most rows one unit may own (k)")
+    name: str = Field(description='what one unit is, e.g. "person" or "aircraft"')
+
+
 class SchemaOut(BaseModel):
     tables: dict[str, dict]
     budget: str
     currency: str
+    privacy_unit: PrivacyUnitOut | None = Field(
+        default=None,
+        description="whom every cost protects: one unit, with up to max_rows rows, is "
+        "protected as a whole (group privacy); null: every row on its own",
+    )
 
 
 class ErrorOut(BaseModel):

@@ -120,6 +120,7 @@ function renderOverview() {
   const cur = o.currency;
   const cards = [
     card("Budget", o.budget),
+    card("Privacy unit", o.unit_text),
     card("Left at the worst point (for everyone)", fmt(r.remaining_budget) + " " + cur,
       r.remaining_budget / o.total),
   ];
@@ -146,7 +147,7 @@ function renderOverview() {
   ]);
   const caption = el("caption", {}, o.you.admin ? "Analysts" : "You");
   const t = table(["Name", "Role", "Token works", "Charges", "Charged (" + cur + ")",
-    "Most lost by one person (" + cur + ")", "Quota", "Quota left"], rows,
+    "Most lost by one " + (o.privacy_unit ? o.privacy_unit.name : "person") + " (" + cur + ")", "Quota", "Quota left"], rows,
   [false, false, false, true, true, true, true, true]);
   t.prepend(caption);
   $("analysts").replaceChildren(t);
