@@ -8,11 +8,15 @@ segment grid. When that grid is small (at most ``limit`` cells), L is computed o
 of it at once: each box adds its weight at the 2^k corners of a k-dimensional difference
 array, and k cumulative sums turn it into L. The maximum cell is gamma_w exactly.
 
-:func:`dense_max_overlap` uses it only for integral weights below 2^53, whose sums
-float64 represents exactly, so the result is exact; the curator's checks (integer
-weights on a few attributes) are the typical case. :func:`segment_grid` hands the grid
-itself to a caller that needs the load of every cell for many weightings (the planner's
-search for violated point constraints), in float arithmetic.
+:func:`dense_max_overlap` takes integer weights only, so the result is exact: with a sum
+below 2^53 float64 adds them exactly; larger ones (costs with large denominators, times
+their common denominator, can need a hundred bits) are cut into limbs of a few dozen
+bits, each limb's loads summed exactly in int64, the carries propagated, and the
+largest cell found by comparing the limbs from the top (multi-precision arithmetic in
+the positional number system: Knuth, TAOCP vol. 2, 4.3.1). The curator's checks
+(integer weights on a few attributes) are the typical case. :func:`segment_grid` hands
+the grid itself to a caller that needs the load of every cell for many weightings (the
+planner's search for violated point constraints), in float arithmetic.
 """
 
 from __future__ import annotations
@@ -60,14 +64,15 @@ class SegmentGrid:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(c) - 1 for c in self.cuts)
 
-    def loads(self, weights: np.ndarray) -> np.ndarray:
+    def loads(self, weights: np.ndarray, dtype: type = float) -> np.ndarray:
         """L on every cell: the sum of the weights of the queries covering it (a point
-        lies in at most one box of each query)."""
+        lies in at most one box of each query); in ``dtype`` (int64: exact as long as
+        the boxes' weights add up to less than 2^63)."""
         k, shape = len(self.names), self.shape
-        wb = np.asarray(weights, float)[self.owner]
+        wb = np.asarray(weights, dtype)[self.owner]
         if k == 0:
-            return np.array(float(wb.sum()))
-        diff = np.zeros(tuple(n + 1 for n in shape))
+            return np.array(wb.sum(), dtype)
+        diff = np.zeros(tuple(n + 1 for n in shape), dtype)
         for corner in itertools.product((0, 1), repeat=k):
             idx = tuple(self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner))
             np.add.at(diff, idx, -wb if sum(corner) % 2 else wb)
@@ -173,7 +178,7 @@ def segment_grid(queries: Sequence[Query], limit: int = DENSE_LIMIT) -> SegmentG
 
 def dense_max_overlap(
     queries: Sequence[Query],
-    weights: np.ndarray,
+    weights: np.ndarray | Sequence[int],
     within: Query | None = None,
     limit: int = DENSE_LIMIT,
     work: float = math.inf,
@@ -181,11 +186,15 @@ def dense_max_overlap(
     """(gamma_w, witness point, indices of the queries covering it), or None.
 
     With ``within``, the maximum is taken over the points of C_within only (the witness
-    lies in it). ``weights`` must be non-negative integers (as floats) with a sum below
-    2^53. Empty queries and zero weights are allowed. None when the grid has more than
-    ``limit`` cells or more than ``work`` cells x attributes.
+    lies in it). ``weights`` must be non-negative integers: floats with a sum below
+    2^53, or Python ints of any size (then gamma_w is a Python int, exact). Empty
+    queries and zero weights are allowed. None when the grid has more than ``limit``
+    cells or more than ``work`` cells x attributes.
     """
-    if not queries or float(weights.sum()) >= 2.0**53:
+    if not queries:
+        return None
+    weights = _as_weights(weights)
+    if weights is None:
         return None
     if within is not None and within.is_empty:
         return None
@@ -239,29 +248,89 @@ def dense_max_overlap(
     if grid is None:
         return None
     shape = grid.shape
+    big = weights.dtype == object
     if not grid.names:
-        value = float(weights[grid.owner].sum())
+        value = weights[grid.owner].sum()
         cell: tuple[int, ...] = ()
     else:
-        loads = grid.loads(weights)
-        if within is not None:
-            # Only the cells inside C_within count: a product of per-attribute masks.
-            for j, name in enumerate(grid.names):
-                inside = np.zeros(shape[j], dtype=bool)
-                starts = grid.cuts[j]
-                for start, end in within.coverage(name):
-                    inside[np.searchsorted(starts, start) : np.searchsorted(starts, end)] = True
-                view: list[slice | None] = [None] * len(shape)
-                view[j] = slice(None)
-                loads = np.where(inside[tuple(view)], loads, -1.0)
-        flat = int(np.argmax(loads))
-        value = float(loads.flat[flat])
+        # Only the cells inside C_within count: a product of per-attribute masks.
+        inside = None if within is None else _inside(grid, within)
+        if big:
+            flat, value = _exact_best(grid, weights, inside)
+        else:
+            loads = grid.loads(weights)
+            if inside is not None:
+                loads = np.where(inside, loads, -1.0)
+            flat = int(np.argmax(loads))
+            value = float(loads.flat[flat])
         cell = tuple(int(c) for c in np.unravel_index(flat, shape))
     witness = grid.point(cell)
     if within is not None and not within.covers(witness):
         return None
     covering = tuple(i for i, q in enumerate(queries) if not q.is_empty and q.covers(witness))
-    exact_value = float(sum(weights[i] for i in covering))
+    exact_value = sum((weights[i] for i in covering), 0 if big else 0.0)
     if exact_value != value:  # cannot happen with integer weights; refuse to guess
         return None
     return value, witness, covering
+
+
+def _as_weights(weights: np.ndarray | Sequence[int]) -> np.ndarray | None:
+    """The weights as float64 when their sum is below 2^53 (float adds them exactly),
+    else as Python ints (an object array); None if some weight is not a non-negative
+    integer."""
+    floats = isinstance(weights, np.ndarray) and weights.dtype == np.float64
+    if floats and float(weights.sum()) < 2.0**53:  # the common case, in one pass
+        return weights
+    ints = [int(x) for x in weights]
+    if any(x < 0 or x != y for x, y in zip(ints, weights, strict=True)):
+        return None
+    if sum(ints) < 2**53:
+        return np.asarray(ints, np.float64)
+    out = np.empty(len(ints), object)
+    out[:] = ints
+    return out
+
+
+def _inside(grid: SegmentGrid, within: Query) -> np.ndarray:
+    """Which cells of the grid lie in C_within (a box): a product of per-attribute masks."""
+    mask = np.ones(grid.shape, bool)
+    for j, name in enumerate(grid.names):
+        inside = np.zeros(grid.shape[j], dtype=bool)
+        starts = grid.cuts[j]
+        for start, end in within.coverage(name):
+            inside[np.searchsorted(starts, start) : np.searchsorted(starts, end)] = True
+        view: list[slice | None] = [None] * len(grid.shape)
+        view[j] = slice(None)
+        mask &= inside[tuple(view)]
+    return mask
+
+
+def _exact_best(
+    grid: SegmentGrid, weights: np.ndarray, inside: np.ndarray | None
+) -> tuple[int, int]:
+    """(flat index, load) of a cell of largest load (inside ``inside``), exactly, for
+    integer weights of any size: the weights cut into limbs small enough that each
+    limb's loads add up exactly in int64, the carries propagated, and the limbs compared
+    from the top (multi-precision arithmetic: Knuth, TAOCP vol. 2, 4.3.1)."""
+    ints = [int(x) for x in weights]
+    # a limb's partial sums on the difference array stay below boxes x 2^bits <= 2^62
+    bits = 62 - max(1, len(grid.owner)).bit_length()
+    count = max(1, -(-max(ints, default=0).bit_length() // bits))
+    mask = (1 << bits) - 1
+    digits: list[np.ndarray] = []
+    carry: np.ndarray | int = 0
+    for j in range(count):
+        part = np.array([(x >> (j * bits)) & mask for x in ints], np.int64)
+        g = grid.loads(part, np.int64) + carry
+        if j < count - 1:
+            carry = g >> bits
+            g &= mask
+        digits.append(g.ravel())
+    cand = np.arange(digits[0].size) if inside is None else np.flatnonzero(inside.ravel())
+    if not cand.size:
+        return 0, -1
+    for d in reversed(digits):  # normalised digits: the order of the numbers is lexicographic
+        v = d[cand]
+        cand = cand[v == v.max()]
+    flat = int(cand[0])
+    return flat, sum(int(d[flat]) << (j * bits) for j, d in enumerate(digits))
