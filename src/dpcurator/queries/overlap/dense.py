@@ -72,7 +72,7 @@ class SegmentGrid:
         wb = np.asarray(weights, dtype)[self.owner]
         if k == 0:
             return np.array(wb.sum(), dtype)
-        diff = np.zeros(tuple(n + 1 for n in shape), dtype)
+        diff: np.ndarray = np.zeros(tuple(n + 1 for n in shape), dtype)
         for corner in itertools.product((0, 1), repeat=k):
             idx = tuple(self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner))
             np.add.at(diff, idx, -wb if sum(corner) % 2 else wb)
@@ -193,8 +193,8 @@ def dense_max_overlap(
     """
     if not queries:
         return None
-    weights = _as_weights(weights)
-    if weights is None:
+    w = _as_weights(weights)
+    if w is None:
         return None
     if within is not None and within.is_empty:
         return None
@@ -202,7 +202,7 @@ def dense_max_overlap(
         # boolean queries: their disjoint boxes, each with its query's weight
         owner = [i for i, q in enumerate(queries) for _ in q.boxes]
         got = dense_max_overlap(
-            [b for q in queries for b in q.boxes], weights[owner], within, limit, work
+            [b for q in queries for b in q.boxes], w[owner], within, limit, work
         )
         if got is None:
             return None
@@ -210,7 +210,7 @@ def dense_max_overlap(
     if within is not None and not isinstance(within, Query):
         best = None
         for part in within.boxes:  # the maximum over a union: the best of its boxes
-            got = dense_max_overlap(queries, weights, part, limit, work)
+            got = dense_max_overlap(queries, w, part, limit, work)
             if got is None:
                 return None
             if best is None or got[0] > best[0]:
@@ -231,7 +231,7 @@ def dense_max_overlap(
             e.add(t)
     items: list[_Item] = []
     for i, q in enumerate(queries):
-        if q.is_empty or weights[i] <= 0:
+        if q.is_empty or w[i] <= 0:
             continue
         covs = []
         for p in q.predicates:
@@ -248,17 +248,17 @@ def dense_max_overlap(
     if grid is None:
         return None
     shape = grid.shape
-    big = weights.dtype == object
+    big = w.dtype == object
     if not grid.names:
-        value = weights[grid.owner].sum()
+        value = w[grid.owner].sum()
         cell: tuple[int, ...] = ()
     else:
         # Only the cells inside C_within count: a product of per-attribute masks.
         inside = None if within is None else _inside(grid, within)
         if big:
-            flat, value = _exact_best(grid, weights, inside)
+            flat, value = _exact_best(grid, w, inside)
         else:
-            loads = grid.loads(weights)
+            loads = grid.loads(w)
             if inside is not None:
                 loads = np.where(inside, loads, -1.0)
             flat = int(np.argmax(loads))
@@ -268,7 +268,7 @@ def dense_max_overlap(
     if within is not None and not within.covers(witness):
         return None
     covering = tuple(i for i, q in enumerate(queries) if not q.is_empty and q.covers(witness))
-    exact_value = sum((weights[i] for i in covering), 0 if big else 0.0)
+    exact_value = sum((w[i] for i in covering), 0 if big else 0.0)
     if exact_value != value:  # cannot happen with integer weights; refuse to guess
         return None
     return value, witness, covering
@@ -279,8 +279,8 @@ def _as_weights(weights: np.ndarray | Sequence[int]) -> np.ndarray | None:
     else as Python ints (an object array); None if some weight is not a non-negative
     integer."""
     floats = isinstance(weights, np.ndarray) and weights.dtype == np.float64
-    if floats and float(weights.sum()) < 2.0**53:  # the common case, in one pass
-        return weights
+    if floats and float(np.sum(weights)) < 2.0**53:  # the common case, in one pass
+        return np.asarray(weights)
     ints = [int(x) for x in weights]
     if any(x < 0 or x != y for x, y in zip(ints, weights, strict=True)):
         return None

@@ -33,8 +33,10 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from dpcurator.queries.boolean import BooleanQuery, boxes_of, intersection
+from dpcurator import deadlines
+from dpcurator.queries.boolean import boxes_of, intersection
 from dpcurator.queries.overlap import max_overlap
 from dpcurator.queries.overlap.dense import DENSE_FIRST_WORK, DENSE_LIMIT, dense_max_overlap
 from dpcurator.queries.predicates import Query, disjoint
@@ -68,13 +70,13 @@ class _Box:
     queries that meet it restricted to it (their original indices and weights)."""
 
     spans: dict[str, tuple[int, int]]
-    queries: list[Query | BooleanQuery]
+    queries: list[Query]
     index: list[int]
     weights: list[int]
 
 
 def max_overlap_wide(
-    queries: Sequence[Query | BooleanQuery],
+    queries: Sequence[Query],
     weights: Sequence[int],
     time_limit: float,
     *,
@@ -100,12 +102,14 @@ def max_overlap_wide(
     root = _Box({}, list(queries), list(range(len(ws))), ws)
     search = _Search(shift, decide_at, deadline)
     search.evaluate(root, grid=grid_first)
-    while search.open:
+    # narrow weights lose nothing: the root's answer is the solver's, exact or a bound
+    while search.open and shift:
         top = -search.open[0][0]
         if top <= search.best or search.decided():
             break
         if time.monotonic() > deadline:
             break
+        deadlines.check()
         _, _, box = heapq.heappop(search.open)
         parts = _halves(box)
         if parts is None:  # every query covers all of the box: its load is their sum
@@ -114,7 +118,7 @@ def max_overlap_wide(
         for part in parts:
             search.evaluate(part, grid=True)
     upper = max(search.best, search.settled, -search.open[0][0] if search.open else 0)
-    exact = upper == search.best and search.witness is not None
+    exact = upper == search.best and search.witness is not None and not search.narrow_bound
     return WideResult(upper, max(search.best, 0), exact, search.witness)
 
 
@@ -129,6 +133,8 @@ class _Search:
         self.best = -1
         self.witness: Point | None = None
         self.settled = 0
+        # unrounded weights and an inexact solver: its answer, as it says (not exact)
+        self.narrow_bound = False
         self.open: list[tuple[int, int, _Box]] = []
         self.counter = itertools.count()
 
@@ -168,6 +174,7 @@ class _Search:
         if load > 0 or not box.spans:
             self.found(load, witness)
         bound = (round(res.value) if res.exact else math.ceil(res.upper_bound)) << s
+        self.narrow_bound |= not s and not res.exact
         if bound <= self.best:
             return
         if not res.exact and self.decide_at is not None and bound <= self.decide_at:
@@ -193,11 +200,11 @@ def _halves(box: _Box) -> tuple[_Box, _Box] | None:
                         cuts.add(s)
                     if lo < e < hi:
                         cuts.add(e)
-    name = max(inner, key=lambda n: (len(inner[n]), -schema.index(n)), default=None)
-    if name is None or not inner[name]:
+    most = max(inner, key=lambda n: (len(inner[n]), -schema.index(n)), default=None)
+    if most is None or not inner[most]:
         return None
-    cuts = sorted(inner[name])
-    mid = cuts[len(cuts) // 2]
+    name = most
+    mid = sorted(inner[name])[len(inner[name]) // 2]
     lo, hi = box.spans.get(name, (0, schema.attribute(name).size))
     return _part(box, name, lo, mid), _part(box, name, mid, hi)
 
@@ -210,7 +217,8 @@ def _part(box: _Box, name: str, lo: int, hi: int) -> _Box:
     qs, index, ws = [], [], []
     for q, i, w in zip(box.queries, box.index, box.weights, strict=True):
         if not disjoint(q, cut):
-            qs.append(intersection(q, cut))
+            # a union of boxes goes wherever a conjunction does (grid and solver take both)
+            qs.append(cast(Query, intersection(q, cut)))
             index.append(i)
             ws.append(w)
     return _Box(spans, qs, index, ws)
