@@ -136,17 +136,29 @@ def test_a_time_out_gives_a_bound_never_below_the_truth() -> None:
     assert got.lower <= truth <= got.upper
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(boxes(box_only=True), st.integers(0, 2**130)), min_size=1, max_size=20))
-def test_the_dense_grid_adds_wide_weights_exactly(pairs) -> None:
-    """The prefix-sum grid on weights of up to 130 bits: exact, in limbs (float64 would
-    round them)."""
+wide_weights = st.one_of(
+    st.integers(0, 2**130),
+    st.sampled_from([2**70, 2**70 + 1, 3 * 2**69]),  # ties and near-ties
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(boxes(box_only=True), wide_weights), min_size=1, max_size=20),
+    st.one_of(st.none(), boxes(box_only=True)),
+)
+def test_the_dense_grid_adds_wide_weights_exactly(pairs, within) -> None:
+    """The prefix-sum grid on weights of up to 130 bits, over the whole domain or the
+    points of a query: exact (float64 would round them), through the top bits and the
+    near-tie cells, or in limbs when ties are many."""
     qs = [q for q, _ in pairs]
     ws = [w for _, w in pairs]
-    got = dense_max_overlap(qs, ws)
+    got = dense_max_overlap(qs, ws, within=within)
     assert got is not None
-    assert got[0] == brute_force(qs, ws)
+    points = POINTS if within is None else [p for p in POINTS if within.covers(p)]
+    assert got[0] == max(sum(w for q, w in zip(qs, ws, strict=True) if q.covers(p)) for p in points)
     assert sum(ws[i] for i in got[2]) == got[0]
+    assert within is None or within.covers(got[1])
 
 
 def test_rounded_weights_cannot_tell_these_points_apart() -> None:

@@ -207,7 +207,9 @@ def _dense_loss(live: list[Charge], within: Query | None, limit: int) -> Loss | 
         if within is not None and disjoint(live[0].query, within):
             return Loss(Fraction(0), True, None, Fraction(0))
         return Loss(live[0].cost, True, None, live[0].cost)
-    dense = dense_max_overlap([c.query for c in live], weights, within=within, limit=limit)
+    # floats when they add up exactly (the common case), else Python ints (in limbs)
+    ws = np.array(weights, dtype=np.float64) if sum(weights) < 2**53 else weights
+    dense = dense_max_overlap([c.query for c in live], ws, within=within, limit=limit)
     if dense is None:
         return None
     v = Fraction(round(dense[0]), scale)

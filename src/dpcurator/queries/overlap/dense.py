@@ -41,6 +41,9 @@ DENSE_FIRST_WORK = 4_000_000
 #: Largest number of boxes x corners added to the difference array.
 MAX_UPDATES = 20_000_000
 
+#: Cells x boxes x attributes compared at once when candidate cells are weighed exactly.
+_COVER_CELLS = 1 << 22
+
 #: A box to place on the grid: its owner's index and its coverages (attribute, intervals).
 _Item = tuple[int, list[tuple[str, IntervalSet]]]
 
@@ -309,10 +312,48 @@ def _exact_best(
     grid: SegmentGrid, weights: np.ndarray, inside: np.ndarray | None
 ) -> tuple[int, int]:
     """(flat index, load) of a cell of largest load (inside ``inside``), exactly, for
-    integer weights of any size: the weights cut into limbs small enough that each
-    limb's loads add up exactly in int64, the carries propagated, and the limbs compared
-    from the top (multi-precision arithmetic: Knuth, TAOCP vol. 2, 4.3.1)."""
+    integer weights of any size.
+
+    One pass with the top bits of the weights, H_i = floor(W_i / 2^s), small enough to add
+    up exactly in int64: 2^s H(x) <= W(x) < 2^s (H(x) + n) for the n queries, so only the
+    cells with H(x) > max H - n can hold the maximum (near-ties and exact ties). Those
+    few are weighed exactly, once per distinct covering set; when there are too many,
+    all cells are, in limbs (:func:`_limb_best`)."""
     ints = [int(x) for x in weights]
+    cand = np.arange(math.prod(grid.shape)) if inside is None else np.flatnonzero(inside.ravel())
+    if not cand.size:
+        return 0, -1
+    # the boxes' top bits add up below 2^62: so do the partial sums of the difference array
+    owners = set(grid.owner.tolist())  # the others are on no cell of the grid
+    ints = [x if i in owners else 0 for i, x in enumerate(ints)]
+    shift = max(0, sum(ints[o] for o in grid.owner.tolist()).bit_length() - 62)
+    high = grid.loads(np.array([x >> shift for x in ints], np.int64), np.int64).ravel()
+    h = high[cand]
+    if not shift:  # the loads themselves, exactly
+        flat = int(cand[int(np.argmax(h))])
+        return flat, int(high[flat])
+    cand = cand[h > h.max() - grid.queries]
+    if len(cand) * max(1, len(grid.owner)) > high.size:  # cheaper: all cells, in limbs
+        return _limb_best(grid, ints, cand)
+    best, flat = -1, int(cand[0])
+    step = max(1, _COVER_CELLS // max(1, len(grid.owner) * len(grid.names)))
+    for k in range(0, len(cand), step):
+        part = cand[k : k + step]
+        cover = grid.covering(part)
+        packed = np.packbits(cover, axis=1)
+        _, first = np.unique(packed, axis=0, return_index=True)
+        for r in first.tolist():  # one exact sum per distinct covering set
+            load = sum(ints[i] for i in np.flatnonzero(cover[r]).tolist())
+            if load > best:
+                best, flat = load, int(part[r])
+    return flat, best
+
+
+def _limb_best(grid: SegmentGrid, ints: list[int], cand: np.ndarray) -> tuple[int, int]:
+    """(flat index, load) of a cell of ``cand`` of largest load, exactly: the weights cut
+    into limbs small enough that each limb's loads add up exactly in int64, the carries
+    propagated, and the limbs compared from the top (multi-precision arithmetic: Knuth,
+    TAOCP vol. 2, 4.3.1)."""
     # a limb's partial sums on the difference array stay below boxes x 2^bits <= 2^62
     bits = 62 - max(1, len(grid.owner)).bit_length()
     count = max(1, -(-max(ints, default=0).bit_length() // bits))
@@ -326,9 +367,6 @@ def _exact_best(
             carry = g >> bits
             g &= mask
         digits.append(g.ravel())
-    cand = np.arange(digits[0].size) if inside is None else np.flatnonzero(inside.ravel())
-    if not cand.size:
-        return 0, -1
     for d in reversed(digits):  # normalised digits: the order of the numbers is lexicographic
         v = d[cand]
         cand = cand[v == v.max()]
