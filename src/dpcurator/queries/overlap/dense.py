@@ -9,11 +9,11 @@ of it at once: each box adds its weight at the 2^k corners of a k-dimensional di
 array, and k cumulative sums turn it into L. The maximum cell is gamma_w exactly.
 
 :func:`dense_max_overlap` takes integer weights only, so the result is exact: with a sum
-below 2^53 float64 adds them exactly; larger ones (costs with large denominators, times
-their common denominator, can need a hundred bits) are cut into limbs of a few dozen
-bits, each limb's loads summed exactly in int64, the carries propagated, and the
-largest cell found by comparing the limbs from the top (multi-precision arithmetic in
-the positional number system: Knuth, TAOCP vol. 2, 4.3.1). The curator's checks
+below 2^53 float64 adds them exactly. Wider ones (costs with large denominators, times
+their common denominator, can need a hundred bits) go through their top bits in int64,
+which leave only the cells within the rounding slack of the best as candidates, weighed
+exactly; when those are many, every cell is computed in limbs of int64 with carries
+(multi-precision arithmetic: Knuth, TAOCP vol. 2, 4.3.1). The curator's checks
 (integer weights on a few attributes) are the typical case. :func:`segment_grid` hands
 the grid itself to a caller that needs the load of every cell for many weightings (the
 planner's search for violated point constraints), in float arithmetic.
