@@ -89,6 +89,46 @@ def test_show_agrees_with_the_curator(ledger) -> None:
         led.close()
 
 
+def test_show_is_exact_when_the_costs_denominators_grow(tmp_path, capsys) -> None:
+    """Costs of 1/3 and 1/7 (their shortest decimals, 16 places each) and a ZCDP-like 12-place
+    cost on overlapping ranges: the costs times their common denominator pass float64's
+    2^53, and the worst point is still exact (it used to be an upper bound ~5e-10 too high,
+    flagged ``exact: false``)."""
+    path = tmp_path / "wide.db"
+    costs = [Fraction(repr(1 / 3)), Fraction(repr(1 / 7)), Fraction("0.000123456789")]
+    queries = ["age < 40", "age >= 30", "age >= 35 AND age < 60"]
+    with Curator.open(
+        data=SAMPLE, schema=SCHEMA, budget=PureDP(10), ledger=path, separator=",", header=True
+    ) as cur:
+        answers = [cur.count(q, epsilon=c) for q, c in zip(queries, costs, strict=True)]
+        detail = cur.remaining_detail()
+        local = cur.remaining_detail("age >= 50")
+    worst = max(
+        sum((c for q, c in zip(queries, costs, strict=True) if _age_covers(q, age)), Fraction(0))
+        for age in range(17, 91)
+    )
+    assert worst == sum(costs)  # ages 35 to 39 have all three
+    code, out, _ = run(capsys, "show", path, "--json", "--query", "age >= 50")
+    d = json.loads(out)
+    assert code == 0 and d["exact"] is True
+    assert Fraction(d["spent_exact"]) == worst
+    assert Fraction(d["remaining_exact"]) == 10 - worst
+    assert Fraction(d["query"]["remaining_exact"]) == 10 - costs[1] - costs[2]
+    for got, truth in ((detail, 10 - worst), (local, 10 - costs[1] - costs[2])):
+        # exact, rounded down to a float
+        assert got.exact and Fraction(got.value) <= truth < Fraction(got.value) + 2**-48
+    assert all(a.remaining_exact for a in answers)
+
+
+def _age_covers(query: str, age: int) -> bool:
+    """Whether ``age`` satisfies a conjunction of ``age < n`` / ``age >= n``."""
+    ok = True
+    for part in query.split(" AND "):
+        _, op, n = part.split()
+        ok &= age < int(n) if op == "<" else age >= int(n)
+    return ok
+
+
 def test_history_lists_every_charge(ledger, capsys) -> None:
     code, out, _ = run(capsys, "history", ledger)
     assert code == 0

@@ -3,6 +3,7 @@
 import itertools
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,3 +103,57 @@ def test_max_loss_merges_identical_coverages_and_is_exact():
     charges = [Charge(i, "t", None, q, Fraction(1, 10), Fraction(i + 1, 10)) for i in range(10)]
     res = max_loss(charges)
     assert res.value == 1 and res.exact
+
+
+#: Costs whose common denominator passes 2^53 after two or three of them (thirds and
+#: sevenths of shortest decimals, 12-place decimals, large primes, zCDP-like squares).
+wide_costs = st.one_of(
+    st.sampled_from([Fraction(1, 3), Fraction(1, 7), Fraction(2, 11), Fraction(1, 13)]),
+    st.integers(1, 10**12 - 1).map(lambda k: Fraction(k, 10**12)),
+    st.sampled_from([999_983, 1_000_003, 2**61 - 1]).flatmap(
+        lambda p: st.integers(1, p - 1).map(lambda k: Fraction(k, p))
+    ),
+    st.integers(1, 10**6).map(lambda k: Fraction(k, 10**6) ** 2),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(queries(), wide_costs), min_size=2, max_size=18),
+    st.sampled_from(["grid", "search", "boxes"]),
+)
+def test_wide_denominators_give_exact_figures(requests, path):
+    """Costs of large denominators (the common one far past 2^53): the worst point, the
+    worst point of every query's coverage, the answers' quick figure and every decision
+    are the exact maxima, and say so, on every path (the segment grid; the search in
+    exact integers, alone or down to grids of one cell)."""
+    from dpcurator.curator import overlap_filter
+    from dpcurator.queries.overlap import wide
+
+    with pytest.MonkeyPatch.context() as mp:
+        if path != "grid":
+            mp.setattr(overlap_filter, "DENSE_LIMIT", 0)
+        if path == "boxes":
+            mp.setattr(wide, "GRID_CELLS", 1)
+        budget = Fraction(3, 2)
+        f = OverlapFilter(budget, "epsilon")
+        loss = dict.fromkeys(POINTS, Fraction(0))
+        for i, (q, c) in enumerate(requests):
+            covered = [x for x in POINTS if covers(q, x)]
+            before = max((loss[x] for x in covered), default=Fraction(0))
+            here = f.spent_on("t", q)
+            assert here.exact and here.value == before
+            d = f.decide("t", q, c)
+            assert d.exact and d.admitted == (before + c <= budget)
+            if d.admitted:
+                f.add(Charge(i + 1, "t", None, q, c, d.level))
+                for x in covered:
+                    loss[x] += c
+            worst = f.fork().spent_anywhere()
+            assert worst.exact and worst.value == max(loss.values())
+        for q, _ in requests:
+            quick = f.quick_spent_on("t", q)
+            truth = max((loss[x] for x in POINTS if covers(q, x)), default=Fraction(0))
+            assert quick.value >= truth
+            if path == "grid":  # a small grid near the query: exact
+                assert quick.exact and quick.value == truth

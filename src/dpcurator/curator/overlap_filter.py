@@ -17,7 +17,7 @@ other tables are charged at their worst point: queries on different tables compo
 sequentially.
 
 All arithmetic is exact: costs are fractions, and the maximum-overlap solver receives
-integer weights (costs times the common denominator).
+integer weights (costs times the common denominator), of any width.
 
 The fast path. Each charge a has a *level* s_a: an upper bound on L(x) for every x whose
 last covering charge is a. A point's loss never grows after the last charge that covers
@@ -52,9 +52,10 @@ from fractions import Fraction
 import numpy as np
 
 from dpcurator import deadlines
-from dpcurator.queries import Query, Schema, max_overlap
+from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, contains, hull, intersection
 from dpcurator.queries.overlap.dense import DENSE_LIMIT, dense_max_overlap
+from dpcurator.queries.overlap.wide import max_overlap_wide
 from dpcurator.queries.predicates import disjoint
 
 #: Seconds the exact maximum-overlap computations of one request may take in all, before
@@ -122,9 +123,9 @@ def max_loss(
 
     Charges that do not meet C_within may be passed: they add nothing there. Exact
     unless the solver hits ``time_limit``; then a safe upper bound (rounded up), which
-    can only make the filter refuse more, never less. Never raises on large exact
-    rationals: weights that do not fit a float's 53 bits go to the solver as floats
-    with a relative margin that covers their rounding.
+    can only make the filter refuse more, never less. Exact for costs of any
+    denominators too: integer weights wider than a float's 53 bits are searched in
+    exact integers (:mod:`~dpcurator.queries.overlap.wide`).
 
     ``at_most``: only whether the maximum is at most this matters; the solver may stop
     once that is certain (see :meth:`Loss.settles`), so ``exact`` may be False for an
@@ -163,29 +164,19 @@ def max_loss(
     costs = [w for _, w in merged.values()]
     scale = math.lcm(*(w.denominator for w in costs))
     ints = [w.numerator * (scale // w.denominator) for w in costs]
-    limit = max(0.0, time_limit)
-    if sum(ints) < 2**53:
-        # integer weights: the maximum is <= at_most iff it is <= floor(at_most * scale)
-        at = None if at_most is None else math.floor(at_most * scale)
-        res = max_overlap(queries, weights=ints, time_limit=limit, decide_at=at)
-        value = round(res.value) if res.exact else math.ceil(res.value)
-        if res.exact:
-            exact_value = Fraction(value, scale)
-            return Loss(exact_value, True, dict(res.witness), exact_value)
-        witness = dict(res.witness) if res.witness else None
-        if witness is not None and within is not None and not within.covers(witness):
-            witness = None
-        reached = None
-        if witness is not None and at_most is not None:
-            # the solver's point, weighed again exactly: a refusal must rest on a real point
-            reached = sum((w for q, w in merged.values() if q.covers(witness)), Fraction(0))
-        return Loss(Fraction(value, scale), False, witness, reached)
-    # Astronomical numerators or denominators: floats, each rounded up, with a margin
-    # far above the rounding error of summing them (n * 2^-53 relative).
-    floats = [_float_up(w) for w in costs]
-    res = max_overlap(queries, weights=floats, time_limit=limit)
-    bound = Fraction(res.value if res.exact else res.upper_bound)
-    return Loss(bound * (1 + Fraction(1, 10**9)), False, None)
+    # integer weights: the maximum is <= at_most iff it is <= floor(at_most * scale)
+    at = None if at_most is None else math.floor(at_most * scale)
+    # the grid was tried above (the same one: the grid of the charges within C_within)
+    res = max_overlap_wide(queries, ints, max(0.0, time_limit), decide_at=at, grid_first=False)
+    witness = res.witness
+    if res.exact:
+        exact_value = Fraction(res.upper, scale)
+        return Loss(exact_value, True, witness, exact_value)
+    if witness is not None and within is not None and not within.covers(witness):
+        witness = None
+    # a refusal must rest on a real point: the solver's point, weighed again exactly
+    reached = None if witness is None else Fraction(res.lower, scale)
+    return Loss(Fraction(res.upper, scale), False, witness, reached)
 
 
 #: An answer's remaining figure is computed exactly when the charges near its query are
@@ -208,20 +199,17 @@ def _small_grid_loss(charges: list[Charge], within: Query) -> Fraction | None:
 
 
 def _dense_loss(live: list[Charge], within: Query | None, limit: int) -> Loss | None:
-    """The exact maximum by the dense prefix-sum grid (integer weights: the costs times
-    their common denominator), or None when the grid is too large or the weights too
-    big for float64 to add exactly."""
+    """The exact maximum by the dense prefix-sum grid (integer weights of any size: the
+    costs times their common denominator), or None when the grid is too large."""
     scale = math.lcm(*{c.cost.denominator for c in live})
     weights = [c.cost.numerator * (scale // c.cost.denominator) for c in live]
-    if sum(weights) >= 2**53:
-        return None
     if len(live) == 1:
         if within is not None and disjoint(live[0].query, within):
             return Loss(Fraction(0), True, None, Fraction(0))
         return Loss(live[0].cost, True, None, live[0].cost)
-    dense = dense_max_overlap(
-        [c.query for c in live], np.array(weights, dtype=np.float64), within=within, limit=limit
-    )
+    # floats when they add up exactly (the common case), else Python ints (in limbs)
+    ws = np.array(weights, dtype=np.float64) if sum(weights) < 2**53 else weights
+    dense = dense_max_overlap([c.query for c in live], ws, within=within, limit=limit)
     if dense is None:
         return None
     v = Fraction(round(dense[0]), scale)

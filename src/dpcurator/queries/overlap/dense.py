@@ -8,11 +8,15 @@ segment grid. When that grid is small (at most ``limit`` cells), L is computed o
 of it at once: each box adds its weight at the 2^k corners of a k-dimensional difference
 array, and k cumulative sums turn it into L. The maximum cell is gamma_w exactly.
 
-:func:`dense_max_overlap` uses it only for integral weights below 2^53, whose sums
-float64 represents exactly, so the result is exact; the curator's checks (integer
-weights on a few attributes) are the typical case. :func:`segment_grid` hands the grid
-itself to a caller that needs the load of every cell for many weightings (the planner's
-search for violated point constraints), in float arithmetic.
+:func:`dense_max_overlap` takes integer weights only, so the result is exact: with a sum
+below 2^53 float64 adds them exactly. Wider ones (costs with large denominators, times
+their common denominator, can need a hundred bits) go through their top bits in int64,
+which leave only the cells within the rounding slack of the best as candidates, weighed
+exactly; when those are many, every cell is computed in limbs of int64 with carries
+(multi-precision arithmetic: Knuth, TAOCP vol. 2, 4.3.1). The curator's checks
+(integer weights on a few attributes) are the typical case. :func:`segment_grid` hands
+the grid itself to a caller that needs the load of every cell for many weightings (the
+planner's search for violated point constraints), in float arithmetic.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ DENSE_FIRST_WORK = 4_000_000
 #: Largest number of boxes x corners added to the difference array.
 MAX_UPDATES = 20_000_000
 
+#: Cells x boxes x attributes compared at once when candidate cells are weighed exactly.
+_COVER_CELLS = 1 << 22
+
 #: A box to place on the grid: its owner's index and its coverages (attribute, intervals).
 _Item = tuple[int, list[tuple[str, IntervalSet]]]
 
@@ -60,14 +67,15 @@ class SegmentGrid:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(c) - 1 for c in self.cuts)
 
-    def loads(self, weights: np.ndarray) -> np.ndarray:
+    def loads(self, weights: np.ndarray, dtype: type = float) -> np.ndarray:
         """L on every cell: the sum of the weights of the queries covering it (a point
-        lies in at most one box of each query)."""
+        lies in at most one box of each query); in ``dtype`` (int64: exact as long as
+        the boxes' weights add up to less than 2^63)."""
         k, shape = len(self.names), self.shape
-        wb = np.asarray(weights, float)[self.owner]
+        wb = np.asarray(weights, dtype)[self.owner]
         if k == 0:
-            return np.array(float(wb.sum()))
-        diff = np.zeros(tuple(n + 1 for n in shape))
+            return np.array(wb.sum(), dtype)
+        diff: np.ndarray = np.zeros(tuple(n + 1 for n in shape), dtype)
         for corner in itertools.product((0, 1), repeat=k):
             idx = tuple(self.stops[:, j] if c else self.starts[:, j] for j, c in enumerate(corner))
             np.add.at(diff, idx, -wb if sum(corner) % 2 else wb)
@@ -173,7 +181,7 @@ def segment_grid(queries: Sequence[Query], limit: int = DENSE_LIMIT) -> SegmentG
 
 def dense_max_overlap(
     queries: Sequence[Query],
-    weights: np.ndarray,
+    weights: np.ndarray | Sequence[int],
     within: Query | None = None,
     limit: int = DENSE_LIMIT,
     work: float = math.inf,
@@ -181,11 +189,15 @@ def dense_max_overlap(
     """(gamma_w, witness point, indices of the queries covering it), or None.
 
     With ``within``, the maximum is taken over the points of C_within only (the witness
-    lies in it). ``weights`` must be non-negative integers (as floats) with a sum below
-    2^53. Empty queries and zero weights are allowed. None when the grid has more than
-    ``limit`` cells or more than ``work`` cells x attributes.
+    lies in it). ``weights`` must be non-negative integers: floats with a sum below
+    2^53, or Python ints of any size (then gamma_w is a Python int, exact). Empty
+    queries and zero weights are allowed. None when the grid has more than ``limit``
+    cells or more than ``work`` cells x attributes.
     """
-    if not queries or float(weights.sum()) >= 2.0**53:
+    if not queries:
+        return None
+    w = _as_weights(weights)
+    if w is None:
         return None
     if within is not None and within.is_empty:
         return None
@@ -193,7 +205,7 @@ def dense_max_overlap(
         # boolean queries: their disjoint boxes, each with its query's weight
         owner = [i for i, q in enumerate(queries) for _ in q.boxes]
         got = dense_max_overlap(
-            [b for q in queries for b in q.boxes], weights[owner], within, limit, work
+            [b for q in queries for b in q.boxes], w[owner], within, limit, work
         )
         if got is None:
             return None
@@ -201,7 +213,7 @@ def dense_max_overlap(
     if within is not None and not isinstance(within, Query):
         best = None
         for part in within.boxes:  # the maximum over a union: the best of its boxes
-            got = dense_max_overlap(queries, weights, part, limit, work)
+            got = dense_max_overlap(queries, w, part, limit, work)
             if got is None:
                 return None
             if best is None or got[0] > best[0]:
@@ -222,7 +234,7 @@ def dense_max_overlap(
             e.add(t)
     items: list[_Item] = []
     for i, q in enumerate(queries):
-        if q.is_empty or weights[i] <= 0:
+        if q.is_empty or w[i] <= 0:
             continue
         covs = []
         for p in q.predicates:
@@ -239,29 +251,124 @@ def dense_max_overlap(
     if grid is None:
         return None
     shape = grid.shape
+    big = w.dtype == object
     if not grid.names:
-        value = float(weights[grid.owner].sum())
+        value = w[grid.owner].sum()
         cell: tuple[int, ...] = ()
     else:
-        loads = grid.loads(weights)
-        if within is not None:
-            # Only the cells inside C_within count: a product of per-attribute masks.
-            for j, name in enumerate(grid.names):
-                inside = np.zeros(shape[j], dtype=bool)
-                starts = grid.cuts[j]
-                for start, end in within.coverage(name):
-                    inside[np.searchsorted(starts, start) : np.searchsorted(starts, end)] = True
-                view: list[slice | None] = [None] * len(shape)
-                view[j] = slice(None)
-                loads = np.where(inside[tuple(view)], loads, -1.0)
-        flat = int(np.argmax(loads))
-        value = float(loads.flat[flat])
+        # Only the cells inside C_within count: a product of per-attribute masks.
+        inside = None if within is None else _inside(grid, within)
+        if big:
+            flat, value = _exact_best(grid, w, inside)
+        else:
+            loads = grid.loads(w)
+            if inside is not None:
+                loads = np.where(inside, loads, -1.0)
+            flat = int(np.argmax(loads))
+            value = float(loads.flat[flat])
         cell = tuple(int(c) for c in np.unravel_index(flat, shape))
     witness = grid.point(cell)
     if within is not None and not within.covers(witness):
         return None
     covering = tuple(i for i, q in enumerate(queries) if not q.is_empty and q.covers(witness))
-    exact_value = float(sum(weights[i] for i in covering))
+    exact_value = sum((w[i] for i in covering), 0 if big else 0.0)
     if exact_value != value:  # cannot happen with integer weights; refuse to guess
         return None
     return value, witness, covering
+
+
+def _as_weights(weights: np.ndarray | Sequence[int]) -> np.ndarray | None:
+    """The weights as float64 when their sum is below 2^53 (float adds them exactly),
+    else as Python ints (an object array); None if some weight is not a non-negative
+    integer."""
+    floats = isinstance(weights, np.ndarray) and weights.dtype == np.float64
+    if floats and float(np.sum(weights)) < 2.0**53:  # the common case, in one pass
+        return np.asarray(weights)
+    ints = [int(x) for x in weights]
+    if any(x < 0 or x != y for x, y in zip(ints, weights, strict=True)):
+        return None
+    if sum(ints) < 2**53:
+        return np.asarray(ints, np.float64)
+    out = np.empty(len(ints), object)
+    out[:] = ints
+    return out
+
+
+def _inside(grid: SegmentGrid, within: Query) -> np.ndarray:
+    """Which cells of the grid lie in C_within (a box): a product of per-attribute masks."""
+    mask = np.ones(grid.shape, bool)
+    for j, name in enumerate(grid.names):
+        inside = np.zeros(grid.shape[j], dtype=bool)
+        starts = grid.cuts[j]
+        for start, end in within.coverage(name):
+            inside[np.searchsorted(starts, start) : np.searchsorted(starts, end)] = True
+        view: list[slice | None] = [None] * len(grid.shape)
+        view[j] = slice(None)
+        mask &= inside[tuple(view)]
+    return mask
+
+
+def _exact_best(
+    grid: SegmentGrid, weights: np.ndarray, inside: np.ndarray | None
+) -> tuple[int, int]:
+    """(flat index, load) of a cell of largest load (inside ``inside``), exactly, for
+    integer weights of any size.
+
+    One pass with the top bits of the weights, H_i = floor(W_i / 2^s), small enough to add
+    up exactly in int64: 2^s H(x) <= W(x) < 2^s (H(x) + n) for the n queries, so only the
+    cells with H(x) > max H - n can hold the maximum (near-ties and exact ties). Those
+    few are weighed exactly, once per distinct covering set; when there are too many,
+    all cells are, in limbs (:func:`_limb_best`)."""
+    ints = [int(x) for x in weights]
+    cand = np.arange(math.prod(grid.shape)) if inside is None else np.flatnonzero(inside.ravel())
+    if not cand.size:
+        return 0, -1
+    # the boxes' top bits add up below 2^62: so do the partial sums of the difference array
+    owners = set(grid.owner.tolist())  # the others are on no cell of the grid
+    ints = [x if i in owners else 0 for i, x in enumerate(ints)]
+    shift = max(0, sum(ints[o] for o in grid.owner.tolist()).bit_length() - 62)
+    high = grid.loads(np.array([x >> shift for x in ints], np.int64), np.int64).ravel()
+    h = high[cand]
+    if not shift:  # the loads themselves, exactly
+        flat = int(cand[int(np.argmax(h))])
+        return flat, int(high[flat])
+    cand = cand[h > h.max() - grid.queries]
+    if len(cand) * max(1, len(grid.owner)) > high.size:  # cheaper: all cells, in limbs
+        return _limb_best(grid, ints, cand)
+    best, flat = -1, int(cand[0])
+    step = max(1, _COVER_CELLS // max(1, len(grid.owner) * len(grid.names)))
+    for k in range(0, len(cand), step):
+        part = cand[k : k + step]
+        cover = grid.covering(part)
+        packed = np.packbits(cover, axis=1)
+        _, first = np.unique(packed, axis=0, return_index=True)
+        for r in first.tolist():  # one exact sum per distinct covering set
+            load = sum(ints[i] for i in np.flatnonzero(cover[r]).tolist())
+            if load > best:
+                best, flat = load, int(part[r])
+    return flat, best
+
+
+def _limb_best(grid: SegmentGrid, ints: list[int], cand: np.ndarray) -> tuple[int, int]:
+    """(flat index, load) of a cell of ``cand`` of largest load, exactly: the weights cut
+    into limbs small enough that each limb's loads add up exactly in int64, the carries
+    propagated, and the limbs compared from the top (multi-precision arithmetic: Knuth,
+    TAOCP vol. 2, 4.3.1)."""
+    # a limb's partial sums on the difference array stay below boxes x 2^bits <= 2^62
+    bits = 62 - max(1, len(grid.owner)).bit_length()
+    count = max(1, -(-max(ints, default=0).bit_length() // bits))
+    mask = (1 << bits) - 1
+    digits: list[np.ndarray] = []
+    carry: np.ndarray | int = 0
+    for j in range(count):
+        part = np.array([(x >> (j * bits)) & mask for x in ints], np.int64)
+        g = grid.loads(part, np.int64) + carry
+        if j < count - 1:
+            carry = g >> bits
+            g &= mask
+        digits.append(g.ravel())
+    for d in reversed(digits):  # normalised digits: the order of the numbers is lexicographic
+        v = d[cand]
+        cand = cand[v == v.max()]
+    flat = int(cand[0])
+    return flat, sum(int(d[flat]) << (j * bits) for j, d in enumerate(digits))
