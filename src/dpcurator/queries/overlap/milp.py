@@ -58,7 +58,11 @@ def solve_milp(
     if integral:
         up = math.floor(up + 1e-6)
     got = float(comp.w[comp.covered(assign)].sum())
-    if ok and got >= up - max(comp.eps, 1e-7 * max(1.0, up)):
+    # Integer weights (below 2^53, so every sum above is exact) settle only when the point
+    # found reaches the floored dual bound itself: a relative slack would call a point
+    # exact that lies below the optimum by up to 1e-7 of it, the unsafe direction.
+    slack = 0.0 if integral else max(comp.eps, 1e-7 * max(1.0, up))
+    if ok and got >= up - slack:
         return Solution(got, got, assign, True)
     return Solution(got, max(up, got), assign, False)
 
