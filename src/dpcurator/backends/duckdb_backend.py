@@ -110,6 +110,7 @@ class DuckDBBackend:
         on_invalid: str = "error",
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
+        unit_key: bytes | None = None,
         connection: duckdb.DuckDBPyConnection | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -132,8 +133,13 @@ class DuckDBBackend:
         declared value, or ``on_invalid="drop"`` drops every row still invalid.
         ``show_values=False`` keeps the raw value out of the message.
 
-        ``privacy_unit=("id_column", k)`` keeps the first ``k`` rows of each id in file
-        order (a rule that looks at no other value), then drops the id column.
+        ``privacy_unit=("id_column", k)`` with ``unit_key`` (32 secret random bytes,
+        required with it) keeps a uniformly random choice of ``k`` valid rows of each id,
+        decided by a keyed hash of each row's content: the same rows for the same key
+        whatever the file order, in any process and in the Spark backend (see
+        :mod:`dpcurator.backends.unit_rows`). Rows with a missing id are refused, or
+        dropped under ``on_invalid="drop"``. The id column is then dropped;
+        ``report.unit`` describes the units.
         """
         opts = check_load_options(
             schema,
@@ -147,6 +153,7 @@ class DuckDBBackend:
             privacy_unit=privacy_unit,
             name=name,
             show_values=show_values,
+            unit_key=unit_key,
         )
         schema = opts.schema
         own = connection is None
@@ -166,6 +173,7 @@ class DuckDBBackend:
                 on_invalid=opts.on_invalid,
                 replace=opts.replace,
                 privacy_unit=opts.privacy_unit,
+                unit_key=opts.unit_key,
             )
         except BaseException:
             loader.cleanup()

@@ -35,6 +35,7 @@ from dpcurator.backends._validation import (
     no_column_message,
     no_unit_column_message,
 )
+from dpcurator.backends.unit_rows import FLOAT_INTEGERS, SEPARATOR, UnitReport, key_text
 from dpcurator.errors import (
     DataError,
     InvalidParameter,
@@ -75,6 +76,18 @@ def code_column(i: int) -> str:
     all of it; the schema maps attributes to positions.
     """
     return f"c{i}"
+
+
+def _id_text(id_type: str) -> str:
+    """SQL of the unit id's text in the hashed row (see :mod:`dpcurator.backends.unit_rows`):
+    text as stripped, integers in decimal, a float that is an integer below 2^53 as that
+    integer, anything else as DuckDB writes it."""
+    if id_type.split("(")[0] in _FLOAT_TYPES:
+        return (
+            f"CASE WHEN __id = floor(__id) AND abs(__id) < {FLOAT_INTEGERS!r} "
+            "THEN CAST(CAST(__id AS BIGINT) AS VARCHAR) ELSE CAST(__id AS VARCHAR) END"
+        )
+    return "CAST(__id AS VARCHAR)"
 
 
 def _raw_column(j: int) -> str:
@@ -270,6 +283,7 @@ class Loader:
         on_invalid: str,
         replace: Mapping[str, int],
         privacy_unit: tuple[str, int] | None,
+        unit_key: bytes | None,
     ) -> LoadReport:
         con = self.con
         schema = self.schema
@@ -426,48 +440,18 @@ class Loader:
                     missing_id_message(self.source, privacy_unit[0], *id_bad)  # type: ignore[index]
                 )
 
-        # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
-        sel = []
-        final_params: list[object] = []
-        for i, attr in enumerate(schema.attributes):
-            ctype = _code_type(attr.size)
-            if attr.name in replace:
-                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {code_column(i)}")
-                final_params.append(replace[attr.name])
-            else:
-                sel.append(f"CAST(c{i} AS {ctype}) AS {code_column(i)}")
-        source = ident(self.stage)
-        conds = []
-        dropped_unit = 0
-        if privacy_unit is not None:
-            source = (
-                f"(SELECT *, row_number() OVER (PARTITION BY __id ORDER BY __row) AS __rank "
-                f"FROM {ident(self.stage)} WHERE __id IS NOT NULL)"
-            )
-            conds.append("__rank <= ?")
-        where_params: list[object] = [privacy_unit[1]] if privacy_unit is not None else []
-        if on_invalid == "drop":
-            conds.extend(
-                f"c{i} IS NOT NULL"
-                for i, attr in enumerate(schema.attributes)
-                if attr.name not in replace
-            )
-        where = f" WHERE {' AND '.join(conds)}" if conds else ""
-        self._sql(
-            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(sel)} FROM {source}{where}",
-            [*final_params, *where_params],
+        # Final table: replacements, the drop rule, then the privacy unit's choice.
+        missing_ids = id_bad[0] if id_bad else 0
+        n_rows, unit = self._final_table(
+            name,
+            drop=on_invalid == "drop",
+            replace=replace,
+            privacy_unit=privacy_unit,
+            unit_key=unit_key,
+            id_type=types[id_col] if id_col is not None else "",
+            missing_ids=missing_ids,
         )
-        rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
-        n_rows = int(rows[0]) if rows else 0
-        if privacy_unit is not None:
-            capped = self._sql(
-                f"SELECT count(*) FROM (SELECT row_number() OVER (PARTITION BY __id ORDER BY "
-                f"__row) AS __rank FROM {ident(self.stage)} WHERE __id IS NOT NULL) "
-                f"WHERE __rank > ?",
-                [privacy_unit[1]],
-            ).fetchall()[0]
-            dropped_unit = int(capped[0]) if capped else 0
-            dropped_unit += id_bad[0] if id_bad else 0
+        dropped_unit = missing_ids + unit.dropped_by_cap if unit is not None else 0
         # Under the drop rule, the rest of the shortfall is invalid rows.
         dropped_invalid = rows_read - dropped_unit - n_rows if on_invalid == "drop" else 0
         return LoadReport(
@@ -476,7 +460,71 @@ class Loader:
             dropped_invalid=dropped_invalid,
             dropped_privacy_unit=dropped_unit,
             replaced=replaced,
+            unit=unit,
         )
+
+    def _final_table(
+        self,
+        name: str,
+        *,
+        drop: bool,
+        replace: Mapping[str, int],
+        privacy_unit: tuple[str, int] | None,
+        unit_key: bytes | None,
+        id_type: str,
+        missing_ids: int,
+    ) -> tuple[int, UnitReport | None]:
+        """Write the coded table: replacements, then (``drop``) only rows whose every
+        value is valid, then each unit's k rows of smallest keyed hash (see
+        :mod:`dpcurator.backends.unit_rows`: the choice reads only the unit's own valid
+        rows). Returns its rows and the unit report (one more aggregate query)."""
+        schema = self.schema
+        sel = []
+        params: list[object] = []
+        for i, attr in enumerate(schema.attributes):
+            ctype = _code_type(attr.size)
+            if attr.name in replace:
+                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {code_column(i)}")
+                params.append(replace[attr.name])
+            else:
+                sel.append(f"CAST(c{i} AS {ctype}) AS {code_column(i)}")
+        conds = []
+        if drop:
+            conds.extend(
+                f"c{i} IS NOT NULL"
+                for i, attr in enumerate(schema.attributes)
+                if attr.name not in replace
+            )
+        if privacy_unit is None:
+            where = f" WHERE {' AND '.join(conds)}" if conds else ""
+            self._sql(
+                f"CREATE TABLE {ident(name)} AS SELECT {', '.join(sel)} "
+                f"FROM {ident(self.stage)}{where}",
+                params,
+            )
+            rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
+            return (int(rows[0]) if rows else 0), None
+        assert unit_key is not None  # check_load_options requires it
+        where = " WHERE " + " AND ".join(["__id IS NOT NULL", *conds])
+        codes = [code_column(i) for i in range(len(schema.attributes))]
+        text = ", ".join(["?", *(f"CAST({c} AS VARCHAR)" for c in codes), _id_text(id_type)])
+        valid = f"SELECT {', '.join(sel)}, __id FROM {ident(self.stage)}{where}"
+        ranked = (
+            f"SELECT *, row_number() OVER (PARTITION BY __id ORDER BY "
+            f"sha256(concat_ws('{SEPARATOR}', {text}))) AS __rank FROM ({valid})"
+        )
+        self._sql(
+            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(codes)} FROM ({ranked}) "
+            "WHERE __rank <= ?",
+            [key_text(unit_key), *params, privacy_unit[1]],
+        )
+        rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
+        sizes = self._sql(
+            f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {ident(self.stage)}{where} "
+            "GROUP BY __id) GROUP BY n"
+        ).fetchall()
+        unit = UnitReport.from_sizes(privacy_unit[0], privacy_unit[1], dict(sizes), missing_ids)
+        return (int(rows[0]) if rows else 0), unit
 
     def _invalid_message(self, bad: list[tuple[int, int, int]]) -> str:
         raw: object = NOT_SHOWN

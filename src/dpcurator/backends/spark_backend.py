@@ -155,6 +155,7 @@ class SparkBackend:
         on_invalid: str = "error",
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
+        unit_key: bytes | None = None,
         spark: SparkSession | str | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -171,9 +172,10 @@ class SparkBackend:
         every executor must be able to read them. A URI ending in ``.parquet``, ``.pq``
         or ``/`` is read as Parquet.
 
-        Row order (the privacy unit's "first k rows" and the row numbers in messages) is
-        file order: lines of a CSV file, rows of a Parquet file, part files by name; a
-        DataFrame's order is its partition order (sort it first if that matters).
+        The privacy unit keeps exactly DuckDB's rows for the same ``unit_key`` (a keyed
+        hash of each row's content: file order and Spark's partitioning do not matter).
+        Row numbers in messages follow file order: lines of a CSV file, rows of a Parquet
+        file, part files by name; a DataFrame's order is its partition order.
         """
         opts = check_load_options(
             schema,
@@ -187,6 +189,7 @@ class SparkBackend:
             privacy_unit=privacy_unit,
             name=name,
             show_values=show_values,
+            unit_key=unit_key,
         )
         if columns is not None and not isinstance(data, str | Path):
             raise InvalidParameter("columns= applies to CSV files only")

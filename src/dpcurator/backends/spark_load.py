@@ -35,6 +35,7 @@ from dpcurator.backends._validation import (
     no_column_message,
     no_unit_column_message,
 )
+from dpcurator.backends.unit_rows import FLOAT_INTEGERS, SEPARATOR, UnitReport, key_text
 from dpcurator.errors import DataError, InvalidParameter
 
 try:
@@ -102,6 +103,17 @@ def _code_type(size: int) -> T.DataType:
     if size <= 1 << 31:
         return T.IntegerType()
     return T.LongType()
+
+
+def _id_text(ident: Column, dtype: T.DataType) -> Column:
+    """The unit id's text in the hashed row, as DuckDB writes it (see
+    :mod:`dpcurator.backends.unit_rows`): text as stripped, integers in decimal, a float
+    that is an integer below 2^53 as that integer, anything else as Spark writes it."""
+    if isinstance(dtype, T.FloatType | T.DoubleType):
+        d = ident.cast("double")
+        exact = (F.rint(d) == d) & (F.abs(d) < F.lit(FLOAT_INTEGERS))
+        return F.when(exact, d.cast("bigint").cast("string")).otherwise(ident.cast("string"))
+    return ident.cast("string")
 
 
 def _raw_column(j: int) -> str:
@@ -195,10 +207,11 @@ class Loader:
     (``monotonically_increasing_id``: partition index and place in the partition, taken
     right after the scan). Inside a file split the rows of a partition are in file order
     and their ids consecutive, and splits are ordered by their start, so ``(__f, __b,
-    __m)`` orders the rows exactly as the files do, however Spark cuts them. Every step
-    that compares keys does so within one pass over the data (the validation, which also
-    numbers the rows; the privacy unit's window), so a different cut in another pass
-    changes nothing; the header is the first row of the first split whatever the cut.
+    __m)`` orders the rows exactly as the files do, however Spark cuts them. The key only
+    numbers rows for messages (the privacy unit's choice reads rows' content, not their
+    order), and keys are compared within one pass over the data (the validation, which
+    also numbers the rows), so a different cut in another pass changes nothing; the
+    header is the first row of the first split whatever the cut.
     """
 
     def __init__(self, session: SparkSession, opts: LoadOptions) -> None:
@@ -576,15 +589,7 @@ class Loader:
                 assert unit is not None
                 raise DataError(missing_id_message(self.source, unit[0], id_bad[0], id_bad[1]))
 
-        # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
-        src = stage
-        if unit is not None:
-            window = Window.partitionBy("__id").orderBy("__f", "__b", "__m")
-            src = (
-                src.where(F.col("__id").isNotNull())
-                .withColumn("__rank", F.row_number().over(window))
-                .where(F.col("__rank") <= F.lit(unit[1]))
-            )
+        # Final table: replacements, the drop rule, then the privacy unit's choice.
         final_cols = []
         for i, attr in enumerate(schema.attributes):
             code = F.col(f"v{i}")
@@ -602,10 +607,24 @@ class Loader:
                 ],
                 F.lit(True),
             )
-        pre = src.select(*final_cols, valid.alias("__ok"))
-        parallel = self.session.sparkContext.defaultParallelism
-        if rows_read >= _SPREAD_ROWS and pre.rdd.getNumPartitions() < parallel:
-            pre = pre.repartition(parallel)  # e.g. one gzip file: one partition
+        names = [code_column(i) for i in range(n_attr)]
+        if unit is not None:
+            missing_ids = id_bad[0] if id_bad else 0
+            assert id_col is not None
+            final, report = self._unit_table(
+                stage, final_cols, valid, types[id_col], rows_read, missing_ids
+            )
+            dropped_unit = missing_ids + report.dropped_by_cap
+            drop = opts.on_invalid == "drop"
+            return final, LoadReport(
+                rows_read=rows_read,
+                rows=report.rows,
+                dropped_invalid=rows_read - dropped_unit - report.rows if drop else 0,
+                dropped_privacy_unit=dropped_unit,
+                replaced=replaced,
+                unit=report,
+            )
+        pre = self._spread(stage.select(*final_cols, valid.alias("__ok")), rows_read)
         pre = self._persist(pre, keep=True)
         got = self._run(
             lambda: pre.agg(F.count(F.lit(1)), F.count(F.when(F.col("__ok"), F.lit(1)))).collect()[
@@ -613,7 +632,6 @@ class Loader:
             ]
         )
         kept, n_rows = int(got[0]), int(got[1])
-        names = [code_column(i) for i in range(n_attr)]
         if kept != n_rows:
             final = self._persist(pre.where(F.col("__ok")).select(*names), keep=True)
             self._run(final.count)
@@ -621,14 +639,64 @@ class Loader:
             self._temp.append(pre)
         else:
             final = pre.select(*names)
-        dropped_unit = rows_read - kept if unit is not None else 0
         return final, LoadReport(
             rows_read=rows_read,
             rows=n_rows,
             dropped_invalid=kept - n_rows if opts.on_invalid == "drop" else 0,
-            dropped_privacy_unit=dropped_unit,
             replaced=replaced,
         )
+
+    def _spread(self, df: DataFrame, rows: int) -> DataFrame:
+        """``df`` spread over every core when a large table sits in few partitions (e.g.
+        one gzip file: one partition), so that counting uses the whole cluster."""
+        parallel = self.session.sparkContext.defaultParallelism
+        if rows >= _SPREAD_ROWS and df.rdd.getNumPartitions() < parallel:
+            return df.repartition(parallel)
+        return df
+
+    def _unit_table(
+        self,
+        stage: DataFrame,
+        final_cols: list[Column],
+        valid: Column,
+        id_type: T.DataType,
+        rows_read: int,
+        missing_ids: int,
+    ) -> tuple[DataFrame, UnitReport]:
+        """The persisted coded table of each unit's k valid rows of smallest keyed hash,
+        as DuckDB chooses them (:mod:`dpcurator.backends.unit_rows`: the choice reads
+        only the unit's own valid rows), built in one pass, and the unit report. Each
+        unit's first row also carries the unit's size, for the report's one aggregate
+        over the cached rows (that column is never counted)."""
+        opts = self.opts
+        unit, key = opts.privacy_unit, opts.unit_key
+        assert unit is not None and key is not None  # check_load_options requires both
+        names = [code_column(i) for i in range(len(self.schema.attributes))]
+        rows = stage.where(F.col("__id").isNotNull() & valid).select(*final_cols, "__id")
+        text = F.concat_ws(
+            SEPARATOR,
+            F.lit(key_text(key)),
+            *[F.col(c).cast("string") for c in names],
+            _id_text(F.col("__id"), id_type),
+        )
+        ordered = Window.partitionBy("__id").orderBy("__h")
+        whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+        rank = F.col("__rank")
+        ranked = (
+            rows.withColumn("__h", F.sha2(text, 256))
+            .withColumn("__rank", F.row_number().over(ordered))
+            .withColumn("__n", F.count(F.lit(1)).over(whole))
+            .where(rank <= F.lit(unit[1]))
+            .select(*names, F.when(rank == 1, F.col("__n")).alias("__n"))
+        )
+        pre = self._persist(self._spread(ranked, rows_read), keep=True)
+        sizes = self._run(
+            lambda: pre.where(F.col("__n").isNotNull()).groupBy("__n").count().collect()
+        )
+        report = UnitReport.from_sizes(
+            unit[0], unit[1], {int(r[0]): int(r[1]) for r in sizes}, missing_ids
+        )
+        return pre.select(*names), report
 
     def _raw(self, stage: DataFrame, key: Any, shown: str) -> Any:
         """The raw text of the row with order key ``key`` (the stage's column ``shown``),
