@@ -192,6 +192,11 @@ def test_report_matches_a_brute_force_count(tmp_path):
     assert report.dropped_privacy_unit == unit.dropped_missing_id + unit.dropped_by_cap
     assert report.dropped_invalid == int((~missing & (df["age"] > 99)).sum())
     assert report.rows_read == (report.rows + report.dropped_invalid + report.dropped_privacy_unit)
+    # Replaced values are chosen by their replacement's code.
+    replaced = df[~missing].assign(age=df["age"].where(df["age"] <= 99, 0))
+    with load(path, k, on_invalid="drop", replace={"age": 0}) as b:
+        assert kept(b) == choose_rows(codes(replaced), k, KEY)
+        assert b.report.dropped_invalid == 0
     with DuckDBBackend.load(path, SCHEMA, on_invalid="drop") as b:
         assert b.report.unit is None  # no unit, no unit statistics
 

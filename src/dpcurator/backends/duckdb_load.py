@@ -509,14 +509,17 @@ class Loader:
         codes = [code_column(i) for i in range(len(schema.attributes))]
         text = ", ".join(["?", *(f"CAST({c} AS VARCHAR)" for c in codes), _id_text(id_type)])
         valid = f"SELECT {', '.join(sel)}, __id FROM {ident(self.stage)}{where}"
+        sized = f"SELECT *, count(*) OVER (PARTITION BY __id) AS __n FROM ({valid})"
+        # A unit of at most k rows keeps them all: only larger units' rows are hashed.
         ranked = (
-            f"SELECT *, row_number() OVER (PARTITION BY __id ORDER BY "
-            f"sha256(concat_ws('{SEPARATOR}', {text}))) AS __rank FROM ({valid})"
+            f"SELECT *, row_number() OVER (PARTITION BY __id ORDER BY CASE WHEN __n > ? "
+            f"THEN sha256(concat_ws('{SEPARATOR}', {text})) END) AS __rank FROM ({sized})"
         )
+        k = privacy_unit[1]
         self._sql(
             f"CREATE TABLE {ident(name)} AS SELECT {', '.join(codes)} FROM ({ranked}) "
             "WHERE __rank <= ?",
-            [key_text(unit_key), *params, privacy_unit[1]],
+            [k, key_text(unit_key), *params, k],
         )
         rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
         sizes = self._sql(
