@@ -343,6 +343,7 @@ def test_privacy_unit_keeps_k_rows_per_id_chosen_by_key(tmp_path):
     )
     p = write(tmp_path / "d.csv", text)
     key = bytes(range(32))
+
     # u1 keeps the 2 of its rows with the smallest keyed hash; u2 and u3 keep every row.
     def best(uid: str, ages: list[int]) -> list[int]:  # ages by keyed hash
         return sorted(ages, key=lambda age: row_hash(key, [age, 0, 0], uid))

@@ -488,7 +488,7 @@ class Loader:
                 params.append(replace[attr.name])
             else:
                 sel.append(f"CAST(c{i} AS {ctype}) AS {code_column(i)}")
-        conds = []
+        conds: list[str] = []
         if drop:
             conds.extend(
                 f"c{i} IS NOT NULL"
