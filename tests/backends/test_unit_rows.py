@@ -260,9 +260,11 @@ def spark_kept(backend) -> list[tuple[int, ...]]:
     return sorted(tuple(int(v) for v in r) for r in backend.dataframe.collect())
 
 
-#: Spark tests run in the one worker that holds the session (the ``spark`` fixture skips
-#: them without pyspark or Java).
-spark_test = pytest.mark.xdist_group("spark")
+def spark_test(test):
+    """A Spark test: in the one worker that holds the session (the ``spark`` fixture skips
+    it without pyspark or Java), pyspark's warnings about pandas versions ignored."""
+    quiet = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+    return pytest.mark.xdist_group("spark")(quiet(test))
 
 
 def load_twins(spark, data, k, spark_data=None, **options):
