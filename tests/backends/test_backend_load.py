@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpcurator.backends import Backend, DuckDBBackend, load_table
+from dpcurator.backends.unit_rows import row_hash
 from dpcurator.errors import DataError, InvalidParameter
 from dpcurator.queries import Attribute, Query, Schema, parse_query
 
@@ -23,6 +24,8 @@ SCHEMA = Schema(
         Attribute("color", "categorical", values=("red", "green", "blue"), ordered=True),
     )
 )
+#: A unit key for loads with a privacy unit.
+KEY = bytes(32)
 ROWS = [(30, "F", "red"), (45, "M", "blue"), (30, "M", "green"), (70, "F", "blue")]
 QUERIES = ["total", "age = 30", "sex = 'M'", "color >= 'green' AND sex = 'F'", "age > 40"]
 EXPECTED = [4, 2, 2, 1, 2]
@@ -325,7 +328,7 @@ def test_declared_value_wins_over_missing_token(tmp_path):
 # --------------------------------------------------------------------- privacy unit
 
 
-def test_privacy_unit_keeps_first_k_rows_per_id(tmp_path):
+def test_privacy_unit_keeps_k_rows_per_id_chosen_by_key(tmp_path):
     text = "user_id,age,sex,color\n" + "".join(
         f"{uid},{age},F,red\n"
         for uid, age in [
@@ -339,28 +342,35 @@ def test_privacy_unit_keeps_first_k_rows_per_id(tmp_path):
         ]
     )
     p = write(tmp_path / "d.csv", text)
-    with load_table(p, SCHEMA, privacy_unit=("user_id", 2)) as b:
-        # u1 keeps ages 1, 3 (file order); u2 keeps 2, 5; u3 keeps 6.
-        got = counts(b, ["total", "age = 4", "age = 7", "age IN (1, 3)", "age IN (2, 5, 6)"])
-        assert got == [5, 0, 0, 2, 3]
+    key = bytes(range(32))
+
+    # u1 keeps the 2 of its rows with the smallest keyed hash; u2 and u3 keep every row.
+    def best(uid: str, ages: list[int]) -> list[int]:  # ages by keyed hash
+        return sorted(ages, key=lambda age: row_hash(key, [age, 0, 0], uid))
+
+    u1 = best("u1", [1, 3, 4, 7])[:2]
+    with load_table(p, SCHEMA, privacy_unit=("user_id", 2), unit_key=key) as b:
+        got = counts(b, ["total", f"age IN ({u1[0]}, {u1[1]})", "age IN (2, 5, 6)"])
+        assert got == [5, 2, 3]
         assert b.report.dropped_privacy_unit == 2
         cols = [r[0] for r in b.connection.execute(f'DESCRIBE "{b.table}"').fetchall()]
         assert cols == ["c0", "c1", "c2"]  # one code column per attribute; the id is gone
-    with load_table(p, SCHEMA, privacy_unit=("user_id", 1)) as b:
-        assert counts(b, ["total", "age IN (1, 2, 6)"]) == [3, 3]
+    with load_table(p, SCHEMA, privacy_unit=("user_id", 1), unit_key=key) as b:
+        u2 = best("u2", [2, 5])[0]
+        assert counts(b, ["total", f"age IN ({u1[0]}, {u2}, 6)"]) == [3, 3]
 
 
 def test_privacy_unit_errors(tmp_path):
     p = write(tmp_path / "d.csv", csv_text(ROWS, header=["age", "sex", "color"]))
     with pytest.raises(DataError, match="privacy unit column 'user_id' is not in the data"):
-        load_table(p, SCHEMA, privacy_unit=("user_id", 2))
+        load_table(p, SCHEMA, privacy_unit=("user_id", 2), unit_key=KEY)
     for bad in [("user_id", 0), ("user_id", 1.5), "user_id", ("user_id", True)]:
         with pytest.raises(InvalidParameter, match="privacy_unit"):
-            load_table(p, SCHEMA, privacy_unit=bad)
+            load_table(p, SCHEMA, privacy_unit=bad, unit_key=KEY)
     q = write(tmp_path / "e.csv", "uid,age,sex,color\na,1,F,red\n,2,F,red\n")
     with pytest.raises(DataError, match=r"'uid': 1 rows have a missing id \(first: row 2\)"):
-        load_table(q, SCHEMA, privacy_unit=("uid", 1))
-    with load_table(q, SCHEMA, privacy_unit=("uid", 1), on_invalid="drop") as b:
+        load_table(q, SCHEMA, privacy_unit=("uid", 1), unit_key=KEY)
+    with load_table(q, SCHEMA, privacy_unit=("uid", 1), on_invalid="drop", unit_key=KEY) as b:
         assert counts(b, ["total"]) == [1]
 
 

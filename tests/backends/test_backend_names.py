@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpcurator.backends import load_table
+from dpcurator.backends.unit_rows import choose_rows
 from dpcurator.errors import DataError, InvalidParameter
 from dpcurator.queries import Attribute, Query, Schema, parse_query
 
@@ -201,24 +202,25 @@ AGE = Schema((Attribute("age", "integer", min=0, max=120),))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "pandas", "arrow"])
-def test_privacy_unit_follows_row_order_not_a_rowid_column(tmp_path, fmt):
+def test_privacy_unit_ignores_a_rowid_column(tmp_path, fmt):
     df = order_frame()
     data = pa.Table.from_pandas(df, preserve_index=False) if fmt == "arrow" else None
     if data is None:
         data = write_data(df, fmt, tmp_path)
-    with load_table(data, AGE, privacy_unit=("uid", 1)) as b:
-        # u1 keeps age 1 (its first row), u2 keeps age 2.
-        q = [parse_query(t, AGE) for t in ("total", "age IN (1, 2)")]
+    key = bytes(range(32))
+    # Each id keeps its row of smallest keyed hash, whatever a column called rowid holds.
+    want = choose_rows([(u, [a]) for u, a in zip(df["uid"], df["age"], strict=True)], 1, key)
+    with load_table(data, AGE, privacy_unit=("uid", 1), unit_key=key) as b:
+        q = [parse_query(t, AGE) for t in ("total", f"age IN ({want[0][0]}, {want[1][0]})")]
         assert b.counts(q).tolist() == [2, 2]
 
 
 def test_dataframe_row_order_not_its_index():
     df = order_frame()
+    df["age"] = [1, 2, 300, 4, 5]
     df.index = [40, 30, 20, 10, 0]  # the row order is positional, whatever the labels
-    with load_table(df, AGE, privacy_unit=("uid", 2)) as b:
-        # u1 keeps ages 1, 3; u2 keeps 2, 5.
-        got = b.counts([parse_query(t, AGE) for t in ("total", "age IN (1, 2, 3, 5)")])
-        assert got.tolist() == [4, 4]
+    with pytest.raises(DataError, match=r"\(first: row 3, value '300'\)"):
+        load_table(df, AGE)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -247,17 +249,19 @@ def test_duplicate_column_only_an_error_when_needed(tmp_path):
 
 def test_file_order_kept_on_a_connection_that_does_not_preserve_it():
     # With preserve_insertion_order off, DuckDB may store a large scan in any order (a
-    # million-row frame comes back reordered): the loader turns it on for the load.
+    # million-row frame comes back reordered): the loader turns it on for the load, so
+    # that messages number rows in file order.
     n = 1_000_000
-    uid = np.where(np.arange(n) % 2 == 0, "even", "odd")
     age = np.ones(n, dtype=np.int64)
-    age[:2] = 0  # the first row of each id
-    df = pd.DataFrame({"uid": uid, "age": age})
+    age[n - 2 :] = 500  # the last two rows are invalid
+    df = pd.DataFrame({"age": age})
     con = duckdb.connect()
     con.execute("SET threads = 4")
     con.execute("SET preserve_insertion_order = false")
-    with load_table(df, AGE, privacy_unit=("uid", 1), connection=con) as b:
-        assert b.counts([parse_query(t, AGE) for t in ("total", "age = 0")]).tolist() == [2, 2]
+    with pytest.raises(
+        DataError, match=rf"2 rows have values .*\(first: row {n - 1}, value '500'\)"
+    ):
+        load_table(df, AGE, connection=con)
     setting = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()
     assert setting == [(False,)]  # the owner's setting is back
     con.close()

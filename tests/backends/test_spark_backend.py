@@ -2,9 +2,9 @@
 
 Every test loads the same data with both backends (``twin``) and compares: load reports,
 one-line error messages, counts of random predicates, histograms, marginals and boolean
-queries, clipped sums (exact Python ints, also near +-2^62), the privacy unit's first k
-rows per id in file order (also across many file splits and Parquet part files), and the
-dropped / replaced values. Spark starts once per test session (``spark`` fixture).
+queries, clipped sums (exact Python ints, also near +-2^62), the privacy unit's k rows
+per id chosen by the key (the same rows across many file splits and Parquet part files),
+and the dropped / replaced values. Spark starts once per test session (``spark`` fixture).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ pytestmark = [
 ]
 
 I64 = 2**63
+#: A unit key for loads with a privacy unit.
+KEY = bytes(range(32))
 
 
 # --------------------------------------------------------------------- twins
@@ -200,6 +202,7 @@ def tables(draw):
         options["replace"] = {attr.name: attr.value(draw(st.integers(0, attr.size - 1)))}
     if draw(st.booleans()):
         options["privacy_unit"] = (UNIT, draw(st.integers(1, 3)))
+        options["unit_key"] = bytes([draw(st.integers(0, 255))]) * 32
     fmt = draw(st.sampled_from(["csv", "csv", "csv-headerless", "csv-gzip", "parquet", "pandas"]))
     if fmt.startswith("csv"):
         options["separator"] = draw(st.sampled_from([",", ";", "|", ", ", "\t"]))
@@ -355,12 +358,12 @@ def unit_numbers(duck, spk, k: int) -> None:
 
 
 @pytest.mark.parametrize("k", [1, 2])
-def test_first_k_rows_per_id_in_file_order_across_splits(spark, splitting, tmp_path, k):
+def test_same_rows_per_id_as_duckdb_across_splits(spark, splitting, tmp_path, k):
     frame = people(3000)
     csv_path = tmp_path / "p.csv"
     frame.to_csv(csv_path, index=False)
     assert splitting.read.csv(str(csv_path)).rdd.getNumPartitions() > 10
-    duck, spk = load_both(splitting, csv_path, PEOPLE, privacy_unit=("pid", k))
+    duck, spk = load_both(splitting, csv_path, PEOPLE, privacy_unit=("pid", k), unit_key=KEY)
     assert duck.report.dropped_privacy_unit > 100
     unit_numbers(duck, spk, k)
     duck.close()
@@ -369,7 +372,7 @@ def test_first_k_rows_per_id_in_file_order_across_splits(spark, splitting, tmp_p
     pq_path = tmp_path / "p.parquet"
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), pq_path, row_group_size=50)
     assert splitting.read.parquet(str(pq_path)).rdd.getNumPartitions() > 3
-    duck, spk = load_both(splitting, pq_path, PEOPLE, privacy_unit=("pid", k))
+    duck, spk = load_both(splitting, pq_path, PEOPLE, privacy_unit=("pid", k), unit_key=KEY)
     unit_numbers(duck, spk, k)
     duck.close()
     spk.close()
@@ -389,8 +392,8 @@ def test_folder_of_part_files_in_name_order(spark, splitting, tmp_path):
             row_group_size=40,
         )
     (folder / "_SUCCESS").write_text("")
-    duck = DuckDBBackend.load(frame, PEOPLE, privacy_unit=("pid", 1))
-    spk = SparkBackend.load(folder, PEOPLE, privacy_unit=("pid", 1), spark=splitting)
+    duck = DuckDBBackend.load(frame, PEOPLE, privacy_unit=("pid", 1), unit_key=KEY)
+    spk = SparkBackend.load(folder, PEOPLE, privacy_unit=("pid", 1), unit_key=KEY, spark=splitting)
     assert dataclasses.asdict(spk.report) == dataclasses.asdict(duck.report)
     unit_numbers(duck, spk, 1)
     duck.close()

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from dpcurator import Curator
+from dpcurator.backends.unit_rows import choose_rows
 from dpcurator.curator.ledger import LedgerError
 from dpcurator.errors import BudgetExceeded, DataError, InvalidParameter, QueryError, SchemaError
 from dpcurator.mechanisms import SeededRandomSource
@@ -228,6 +229,40 @@ def test_privacy_unit_drops_extra_rows_and_scales_noise(tmp_path):
             schema=tmp_path / "s.json",
             budget=PureDP(1),
             privacy_unit=("user_id", 0),
+        )
+
+
+def test_privacy_unit_rows_chosen_by_the_unit_key(tmp_path):
+    (tmp_path / "s.json").write_text(
+        '{"attributes": [{"name": "item", "type": "categorical", "values": ["a", "b"]}]}'
+    )
+    users = [1, 1, 1, 1, 1, 1, 2, 3, 3]
+    items = ["a", "b", "a", "b", "b", "a", "b", "a", "b"]
+    pd.DataFrame({"user_id": users, "item": items}).to_csv(tmp_path / "d.csv", index=False)
+    rows = [(str(u), [0 if i == "a" else 1]) for u, i in zip(users, items, strict=True)]
+    answers = {}
+    for key in (bytes(range(32)), bytes(32), bytes(range(32))):
+        want = choose_rows(rows, 2, key)
+        with Curator.open(
+            data=tmp_path / "d.csv",
+            schema=tmp_path / "s.json",
+            budget=PureDP(1e9),
+            privacy_unit=("user_id", 2),
+            unit_key=key,
+            rng=SeededRandomSource(0),
+            allow_insecure=True,
+        ) as c:
+            a = c.count("item = 'a'", epsilon=1e8)  # noise far below 1/2
+            assert a.value == sum(1 for (code,) in want if code == 0)
+            answers.setdefault(key, a.value)
+            assert answers[key] == a.value  # the same key: the same rows
+    with pytest.raises(InvalidParameter, match=r"^unit_key must be 32 random bytes"):
+        Curator.open(
+            data=tmp_path / "d.csv",
+            schema=tmp_path / "s.json",
+            budget=PureDP(1),
+            privacy_unit=("user_id", 2),
+            unit_key="not bytes",
         )
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from dpcurator.backends.base import Backend
 from dpcurator.backends.duckdb_backend import DENSE_LIMIT, DuckDBBackend, LoadReport, load_table
+from dpcurator.backends.unit_rows import UnitReport
 
 # SparkBackend is left out of __all__: a star import must not need pyspark.
-__all__ = ["DENSE_LIMIT", "Backend", "DuckDBBackend", "LoadReport", "load_table"]
+__all__ = ["DENSE_LIMIT", "Backend", "DuckDBBackend", "LoadReport", "UnitReport", "load_table"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dpcurator.backends.unit_rows import UnitReport, check_unit_key
 from dpcurator.errors import InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
@@ -41,13 +42,19 @@ def is_integer(x: object) -> bool:
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What happened on load (for the data custodian only: it depends on the data)."""
+    """What happened on load (for the data custodian only: it depends on the data).
+
+    ``dropped_privacy_unit``: rows dropped by the privacy unit, those without an id and
+    those beyond its k rows (``unit`` tells them apart and describes the units).
+    """
 
     rows_read: int
     rows: int
     dropped_invalid: int = 0
     dropped_privacy_unit: int = 0
     replaced: Mapping[str, int] = field(default_factory=dict)
+    #: The privacy unit's statistics (None without a privacy unit).
+    unit: UnitReport | None = None
 
 
 def first_line(message: str) -> str:
@@ -127,6 +134,8 @@ class LoadOptions:
     privacy_unit: tuple[str, int] | None
     name: str
     show_values: bool
+    #: The key that chooses each unit's rows (see :mod:`dpcurator.backends.unit_rows`).
+    unit_key: bytes | None = field(default=None, repr=False)
 
 
 def check_load_options(
@@ -142,8 +151,13 @@ def check_load_options(
     privacy_unit: tuple[str, int] | None = None,
     name: str = "data",
     show_values: bool = True,
+    unit_key: bytes | None = None,
 ) -> LoadOptions:
-    """Check the options of a load, in a fixed order, before any data is read."""
+    """Check the options of a load, in a fixed order, before any data is read.
+
+    ``unit_key`` is required with a privacy unit: the backends draw no randomness, and a
+    key they made up would keep other rows in another process. Without a privacy unit it
+    is checked and unused (a caller may always pass its ledger's key)."""
     schema = Schema.of(schema)
     if on_invalid not in ("error", "drop"):
         raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
@@ -179,6 +193,12 @@ def check_load_options(
         ):
             raise InvalidParameter("privacy_unit must be (id_column, k) with k a positive integer")
         unit = (privacy_unit[0], privacy_unit[1])
+    key = None if unit_key is None else check_unit_key(unit_key)
+    if unit is not None and key is None:
+        raise InvalidParameter(
+            "privacy_unit needs unit_key: 32 secret random bytes (secrets.token_bytes(32)) "
+            "that choose each unit's rows; pass the same bytes again to keep the same rows"
+        )
     for attr in schema.attributes:
         if attr.type == "integer" and not (
             INT64[0] <= attr.min and attr.max <= INT64[1] and attr.size <= INT64[1]
@@ -200,6 +220,7 @@ def check_load_options(
         privacy_unit=unit,
         name=name,
         show_values=show_values,
+        unit_key=key,
     )
 
 

@@ -15,41 +15,27 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
 from dpcurator.backends._validation import (
-    INT_PATTERN,
-    NOT_SHOWN,
-    WHITESPACE,
     Coverages,
     LoadReport,
     QueryChecker,
     check_load_options,
     clip_plan,
-    column_count_message,
-    duplicate_column_message,
     first_line,
-    invalid_message,
-    matches,
-    missing_id_message,
-    missing_texts,
-    no_column_message,
-    no_unit_column_message,
     summed_rows,
 )
+from dpcurator.backends.duckdb_load import Loader, code_column
 from dpcurator.errors import (
-    DataError,
     DpCuratorError,
     InvalidParameter,
 )
@@ -71,57 +57,8 @@ FILTER_CHUNK = 8
 #: rather than a dense GROUP BY (a GROUP BY over 10^6 rows costs ~10 FILTER counts).
 FEW_QUERIES = 8
 
-_INT_TYPES = {
-    "TINYINT",
-    "SMALLINT",
-    "INTEGER",
-    "BIGINT",
-    "HUGEINT",
-    "UTINYINT",
-    "USMALLINT",
-    "UINTEGER",
-    "UBIGINT",
-    "UHUGEINT",
-}
-_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
 #: Exclusive bound of DuckDB's HUGEINT (signed 128-bit).
 _HUGEINT = 2**127
-
-
-def _code_type(size: int) -> str:
-    if size <= 1 << 8:
-        return "UTINYINT"
-    if size <= 1 << 16:
-        return "USMALLINT"
-    if size <= 1 << 32:
-        return "UINTEGER"
-    return "UBIGINT"
-
-
-def _code_column(i: int) -> str:
-    """Column of the stored table holding the codes of attribute ``i`` (schema order).
-
-    Attribute names never enter SQL text: DuckDB matches identifiers case-insensitively
-    (``A`` and ``a`` would clash), gives every table a ``rowid`` pseudo-column that a real
-    column shadows, and lets ``GROUP BY`` see select-list aliases. Generated names avoid
-    all of it; the schema maps attributes to positions.
-    """
-    return f"c{i}"
-
-
-def _raw_column(j: int) -> str:
-    """Column of the staging table holding source column ``j`` (source order)."""
-    return f"k{j}"
-
-
-def _parquet_names(path: Path, duck: list[str]) -> list[str]:
-    """Exact top-level column names of a Parquet file (DuckDB renames case-insensitive
-    duplicates), by position; DuckDB's names if the file's schema cannot be matched."""
-    try:
-        names = [str(n) for n in pq.read_schema(path).names]
-    except (OSError, pa.ArrowException):
-        return duck
-    return names if len(names) == len(duck) else duck
 
 
 class DuckDBBackend:
@@ -154,7 +91,7 @@ class DuckDBBackend:
         self._in_flight = 0
         self._closing = False
         self._idle: list[duckdb.DuckDBPyConnection] = []
-        self._columns = [_code_column(i) for i in range(len(schema))]
+        self._columns = [code_column(i) for i in range(len(schema))]
         self._checker = QueryChecker(schema)
 
     # ------------------------------------------------------------------ loading
@@ -173,6 +110,7 @@ class DuckDBBackend:
         on_invalid: str = "error",
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
+        unit_key: bytes | None = None,
         connection: duckdb.DuckDBPyConnection | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -195,8 +133,13 @@ class DuckDBBackend:
         declared value, or ``on_invalid="drop"`` drops every row still invalid.
         ``show_values=False`` keeps the raw value out of the message.
 
-        ``privacy_unit=("id_column", k)`` keeps the first ``k`` rows of each id in file
-        order (a rule that looks at no other value), then drops the id column.
+        ``privacy_unit=("id_column", k)`` with ``unit_key`` (32 secret random bytes,
+        required with it) keeps a uniformly random choice of ``k`` valid rows of each id,
+        decided by a keyed hash of each row's content: the same rows for the same key
+        whatever the file order, in any process and in the Spark backend (see
+        :mod:`dpcurator.backends.unit_rows`). Rows with a missing id are refused, or
+        dropped under ``on_invalid="drop"``. The id column is then dropped;
+        ``report.unit`` describes the units.
         """
         opts = check_load_options(
             schema,
@@ -210,12 +153,13 @@ class DuckDBBackend:
             privacy_unit=privacy_unit,
             name=name,
             show_values=show_values,
+            unit_key=unit_key,
         )
         schema = opts.schema
         own = connection is None
         con = duckdb.connect() if own else connection
         assert con is not None
-        loader = _Loader(con, schema, show_values=opts.show_values, missing=opts.missing)
+        loader = Loader(con, schema, show_values=opts.show_values, missing=opts.missing)
         try:
             loader.ingest(
                 data,
@@ -229,6 +173,7 @@ class DuckDBBackend:
                 on_invalid=opts.on_invalid,
                 replace=opts.replace,
                 privacy_unit=opts.privacy_unit,
+                unit_key=opts.unit_key,
             )
         except BaseException:
             loader.cleanup()
@@ -595,405 +540,6 @@ class DuckDBBackend:
     def __repr__(self) -> str:
         state = "closed" if self._con is None else f"table {self.table!r}"
         return f"DuckDBBackend({len(self.schema)} attributes, {state})"
-
-
-class _Loader:
-    """The load pipeline: raw table -> coded stage -> validation -> final coded table."""
-
-    def __init__(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        schema: Schema,
-        *,
-        show_values: bool,
-        missing: tuple[str, ...],
-    ) -> None:
-        self.con = con
-        self.schema = schema
-        self.show_values = show_values
-        self.missing = missing
-        tag = uuid.uuid4().hex[:12]
-        self.raw = f"__dpc_raw_{tag}"
-        self.stage = f"__dpc_stage_{tag}"
-        self.tag = tag
-        self.views: list[str] = []
-        self.tables: list[str] = []
-        self.source = "data"
-        #: Exact names of the source's columns, by position (raw column ``k{j}``).
-        self.names: list[str] = []
-        #: ``rowid`` of the first data row of the raw table (1 after a CSV header).
-        self.first_data = 0
-        #: Raw column of each attribute (set by encode()).
-        self.attr_columns: list[str] = []
-        self._order_was: object = None
-
-    def _sql(self, sql: str, params: Sequence[object] = ()) -> duckdb.DuckDBPyConnection:
-        try:
-            return self.con.execute(sql, list(params))
-        except duckdb.Error as err:
-            raise DataError(f"{self.source}: {first_line(str(err))}") from None
-
-    def cleanup(self) -> None:
-        if self._order_was is not None:
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute(f"SET preserve_insertion_order = {bool(self._order_was)}")
-            self._order_was = None
-        for v in self.views:
-            with contextlib.suppress(duckdb.Error):
-                self.con.unregister(v)
-        for t in self.tables:
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute(f"DROP TABLE IF EXISTS {ident(t)}")
-        self.views.clear()
-        self.tables.clear()
-
-    # -- step 1: raw rows, in file order (rowid - first_data + 1 is the 1-based data row)
-
-    def ingest(
-        self,
-        data: Any,
-        *,
-        separator: str,
-        header: bool | None,
-        columns: Sequence[str] | None,
-        skip: int,
-    ) -> None:
-        if columns is not None and not isinstance(data, str | Path):
-            raise InvalidParameter("columns= applies to CSV files only")
-        con = self.con
-        src = f"__dpc_src_{self.tag}"
-        is_csv = False
-        if isinstance(data, str | Path):
-            path = Path(data)
-            self.source = str(path)
-            if not path.is_file():
-                raise DataError(f"{path}: no such data file")
-            try:
-                if path.suffix.lower() in (".parquet", ".pq"):
-                    rel = con.read_parquet(str(path))
-                    names = _parquet_names(path, list(rel.columns))
-                else:
-                    # Always headerless: DuckDB would trim, dedupe and rename header names
-                    # (``a``, ``A`` -> ``a``, ``A_1``); the header row is read as data.
-                    rel = con.read_csv(
-                        str(path),
-                        delimiter=separator,
-                        header=False,
-                        all_varchar=True,
-                        quotechar='"',
-                        escapechar='"',
-                        skiprows=skip,
-                    )
-                    is_csv, names = True, []
-            except duckdb.Error as err:
-                raise DataError(f"{path}: cannot read data: {first_line(str(err))}") from None
-        else:
-            rel, names = self._from_object(data)
-        width = len(rel.columns)
-        try:
-            rel.create_view(src)
-        except duckdb.Error as err:
-            raise DataError(f"{self.source}: cannot read data: {first_line(str(err))}") from None
-        self.views.append(src)
-        # File order is the raw table's insertion order: make DuckDB keep it even on a
-        # connection whose owner turned it off (restored by cleanup()).
-        setting = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()
-        if setting and not setting[0][0]:
-            self._order_was = setting[0][0]
-            con.execute("SET preserve_insertion_order = true")
-        # Columns by position (#n): no source name ever enters SQL text.
-        select = ", ".join(f"#{j + 1} AS {_raw_column(j)}" for j in range(width))
-        self.tables.append(self.raw)
-        self._sql(f"CREATE TEMP TABLE {ident(self.raw)} AS SELECT {select} FROM {ident(src)}")
-        if is_csv:
-            names = self._csv_names(Path(data), width, header, columns)
-        self.names = names
-
-    def _from_object(self, data: Any) -> tuple[duckdb.DuckDBPyRelation, list[str]]:
-        con = self.con
-        if isinstance(data, pa.Table):
-            self.source = "Arrow table"
-            names = [str(c) for c in data.column_names]
-            return con.from_arrow(
-                data.rename_columns([_raw_column(j) for j in range(len(names))])
-            ), names
-        try:
-            import pandas as pd
-        except ImportError:  # pragma: no cover - pandas is optional
-            pd = None
-        if pd is not None and isinstance(data, pd.DataFrame):
-            self.source = "DataFrame"
-            names = [str(c) for c in data.columns]
-            # The frame's positional row order is the file order (not its index, and not
-            # a column that happens to be called rowid).
-            frame = data.copy(deep=False)
-            frame.columns = [_raw_column(j) for j in range(len(names))]
-            return con.from_df(frame), names
-        raise InvalidParameter(
-            "data must be a CSV or Parquet path, a pandas DataFrame or a pyarrow Table, "
-            f"got {type(data).__name__}"
-        )
-
-    def _csv_names(
-        self, path: Path, width: int, header: bool | None, columns: Sequence[str] | None
-    ) -> list[str]:
-        """Column names of a CSV file read headerless; sets ``first_data``."""
-        row = self._sql(f"SELECT * FROM {ident(self.raw)} WHERE rowid = 0").fetchall()
-        if not row:
-            raise DataError(f"{path}: the file is empty")
-        first = ["" if v is None else str(v) for v in row[0]]
-        if header is None:
-            wanted = list(columns) if columns is not None else list(self.schema.names)
-            header = all(matches(first, w) for w in wanted)
-        self.first_data = 1 if header else 0
-        if header and columns is None:
-            return first
-        names = list(columns) if columns is not None else list(self.schema.names)
-        refusal = column_count_message(str(path), width, names, columns is not None)
-        if refusal is not None:
-            raise DataError(refusal)
-        return names
-
-    def column(self, name: str, what: str) -> str | None:
-        """The raw column holding ``name`` (exact name first, then ignoring surrounding
-        whitespace), None if there is none; two candidates are an error."""
-        found = matches(self.names, name)
-        if len(found) > 1:
-            raise DataError(duplicate_column_message(self.source, name, what))
-        return _raw_column(found[0]) if found else None
-
-    # -- step 2: codes, validation, privacy unit, final table
-
-    def _column_types(self) -> dict[str, str]:
-        rows = self._sql(f"DESCRIBE {ident(self.raw)}").fetchall()
-        return {r[0]: str(r[1]).upper() for r in rows}
-
-    def encode(
-        self,
-        name: str,
-        *,
-        on_invalid: str,
-        replace: Mapping[str, int],
-        privacy_unit: tuple[str, int] | None,
-    ) -> LoadReport:
-        con = self.con
-        schema = self.schema
-        types = self._column_types()
-        cols: list[str] = []  # raw column of each attribute
-        for attr in schema.attributes:
-            col = self.column(attr.name, f"attribute {attr.name!r}")
-            if col is None:
-                raise DataError(no_column_message(self.source, attr.name))
-            cols.append(col)
-        self.attr_columns = cols
-        id_col = None
-        if privacy_unit is not None:
-            id_col = self.column(privacy_unit[0], "the privacy unit")
-            if id_col is None:
-                raise DataError(no_unit_column_message(self.source, privacy_unit[0]))
-        # DuckDB catalog names are case-insensitive: "Data" and "data" are one table.
-        exists = con.execute(
-            "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
-            "WHERE NOT temporary UNION ALL SELECT view_name, schema_name FROM duckdb_views() "
-            "WHERE NOT temporary) WHERE lower(t) = lower(?) AND s = current_schema()",
-            [name],
-        ).fetchall()[0]
-        if exists and exists[0]:
-            raise InvalidParameter(f"table {name!r} already exists in the connection")
-
-        # Inner select: per attribute a parsed value (integers) or a code (categoricals),
-        # and for an attribute that may be missing, whether the raw field is missing.
-        params: list[object] = []
-        outer_params: list[object] = []
-        # rowid is safe here: the raw table's columns all have generated names.
-        inner: list[str] = [f"r.rowid + {1 - self.first_data} AS __row"]
-        joins: list[str] = []
-        outer: list[str] = ["__row"]
-        for i, attr in enumerate(schema.attributes):
-            col = f"r.{cols[i]}"
-            ctype = types[cols[i]]
-            if attr.type == "categorical":
-                view = f"__dpc_dom{i}_{self.tag}"
-                # the values as bound parameters (registering an Arrow table would make
-                # DuckDB import pandas: a quarter of a second at every start)
-                self.tables.append(view)
-                self._sql(
-                    f"CREATE TEMP TABLE {ident(view)} AS "
-                    "SELECT unnest(?::VARCHAR[]) AS v, unnest(range(?)) AS p",
-                    [list(attr.values), attr.value_count],
-                )
-                joins.append(
-                    f"LEFT JOIN {ident(view)} d{i} ON d{i}.v = trim(CAST({col} AS VARCHAR), ?)"
-                )
-                inner.append(f"d{i}.p AS v{i}")
-                if attr.missing is None:
-                    outer.append(f"v{i} AS c{i}")
-                else:
-                    outer.append(
-                        f"CASE WHEN v{i} IS NOT NULL THEN v{i} WHEN m{i} THEN ? END AS c{i}"
-                    )
-                    outer_params.append(attr.missing_position)
-            else:
-                # Every integer is parsed exactly into HUGEINT (NULL if it is not an
-                # integer); the outer select checks [min, max] exactly.
-                base = ctype.split("(")[0]
-                if base in _INT_TYPES:
-                    inner.append(f"TRY_CAST({col} AS HUGEINT) AS v{i}")
-                elif base.startswith("DECIMAL"):  # exact decimal arithmetic, < 10^38
-                    inner.append(
-                        f"CASE WHEN {col} = floor({col}) THEN CAST({col} AS HUGEINT) END AS v{i}"
-                    )
-                elif base in _FLOAT_TYPES:
-                    d = f"CAST({col} AS DOUBLE)"
-                    inner.append(
-                        f"CASE WHEN isfinite({d}) AND {d} = floor({d}) AND abs({d}) < ? "
-                        f"THEN CAST({d} AS HUGEINT) END AS v{i}"
-                    )
-                    params.append(2.0**126)
-                else:
-                    s = f"trim(CAST({col} AS VARCHAR), ?)"
-                    inner.append(
-                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
-                    )
-                    params.extend((WHITESPACE, INT_PATTERN, WHITESPACE))
-                if attr.missing is None:
-                    outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
-                    outer_params.extend((attr.min, attr.max, attr.min))
-                else:  # an integer marker (-1) is missing in every form it is written
-                    by_value = f" OR v{i} = ?" if isinstance(attr.missing, int) else ""
-                    outer.append(
-                        f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? "
-                        f"WHEN m{i}{by_value} THEN ? END AS c{i}"
-                    )
-                    outer_params.extend((attr.min, attr.max, attr.min))
-                    if by_value:
-                        outer_params.append(attr.missing)
-                    outer_params.append(attr.missing_position)
-            if attr.missing is not None:
-                typed_float = ctype.split("(")[0] in _FLOAT_TYPES
-                nan = f" OR isnan(CAST({col} AS DOUBLE))" if typed_float else ""
-                inner.append(
-                    f"({col} IS NULL OR trim(CAST({col} AS VARCHAR), ?) IN "
-                    f"(SELECT unnest(?::VARCHAR[])){nan}) AS m{i}"
-                )
-                params.extend((WHITESPACE, missing_texts(attr, self.missing)))
-        # Join parameters come after the select-list parameters in SQL text order.
-        join_params = [WHITESPACE] * sum(1 for a in schema.attributes if a.type == "categorical")
-        if id_col is not None:
-            id_type = types[id_col].split("(")[0]
-            if id_type == "VARCHAR":
-                inner.append(
-                    f"CASE WHEN trim(r.{id_col}, ?) IN (SELECT unnest(?::VARCHAR[])) THEN NULL "
-                    f"ELSE trim(r.{id_col}, ?) END AS __id"
-                )
-                params.extend((WHITESPACE, list(self.missing), WHITESPACE))
-            else:
-                inner.append(f"r.{id_col} AS __id")
-            outer.append("__id")
-        sql = (
-            f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("
-            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins)} "
-            f"WHERE r.rowid >= {self.first_data})"
-        )
-        self.tables.append(self.stage)
-        self._sql(sql, [*outer_params, *params, *join_params])
-
-        # Validation over every row: count and first row of invalid values per attribute.
-        n_attr = len(schema.attributes)
-        aggs = ["count(*)"]
-        for i in range(n_attr):
-            aggs.append(f"count(*) FILTER (WHERE c{i} IS NULL)")
-            aggs.append(f"min(__row) FILTER (WHERE c{i} IS NULL)")
-        if privacy_unit is not None:
-            aggs.append("count(*) FILTER (WHERE __id IS NULL)")
-            aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
-        stats = self._sql(f"SELECT {', '.join(aggs)} FROM {ident(self.stage)}").fetchall()[0]
-        assert stats is not None
-        rows_read = int(stats[0])
-        bad: list[tuple[int, int, int]] = []  # (attribute index, rows, first row)
-        replaced: dict[str, int] = {}
-        for i, attr in enumerate(schema.attributes):
-            n_bad, first = int(stats[1 + 2 * i]), stats[2 + 2 * i]
-            if n_bad == 0:
-                continue
-            if attr.name in replace:
-                replaced[attr.name] = n_bad
-            else:
-                bad.append((i, n_bad, int(first)))
-        id_bad = None
-        if privacy_unit is not None and int(stats[-2]):
-            id_bad = (int(stats[-2]), int(stats[-1]))
-        if on_invalid == "error":
-            if bad:
-                raise DataError(self._invalid_message(bad))
-            if id_bad is not None:
-                raise DataError(
-                    missing_id_message(self.source, privacy_unit[0], *id_bad)  # type: ignore[index]
-                )
-
-        # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
-        sel = []
-        final_params: list[object] = []
-        for i, attr in enumerate(schema.attributes):
-            ctype = _code_type(attr.size)
-            if attr.name in replace:
-                sel.append(f"CAST(coalesce(c{i}, ?) AS {ctype}) AS {_code_column(i)}")
-                final_params.append(replace[attr.name])
-            else:
-                sel.append(f"CAST(c{i} AS {ctype}) AS {_code_column(i)}")
-        source = ident(self.stage)
-        conds = []
-        dropped_unit = 0
-        if privacy_unit is not None:
-            source = (
-                f"(SELECT *, row_number() OVER (PARTITION BY __id ORDER BY __row) AS __rank "
-                f"FROM {ident(self.stage)} WHERE __id IS NOT NULL)"
-            )
-            conds.append("__rank <= ?")
-        where_params: list[object] = [privacy_unit[1]] if privacy_unit is not None else []
-        if on_invalid == "drop":
-            conds.extend(
-                f"c{i} IS NOT NULL"
-                for i, attr in enumerate(schema.attributes)
-                if attr.name not in replace
-            )
-        where = f" WHERE {' AND '.join(conds)}" if conds else ""
-        self._sql(
-            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(sel)} FROM {source}{where}",
-            [*final_params, *where_params],
-        )
-        rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]
-        n_rows = int(rows[0]) if rows else 0
-        if privacy_unit is not None:
-            capped = self._sql(
-                f"SELECT count(*) FROM (SELECT row_number() OVER (PARTITION BY __id ORDER BY "
-                f"__row) AS __rank FROM {ident(self.stage)} WHERE __id IS NOT NULL) "
-                f"WHERE __rank > ?",
-                [privacy_unit[1]],
-            ).fetchall()[0]
-            dropped_unit = int(capped[0]) if capped else 0
-            dropped_unit += id_bad[0] if id_bad else 0
-        # Under the drop rule, the rest of the shortfall is invalid rows.
-        dropped_invalid = rows_read - dropped_unit - n_rows if on_invalid == "drop" else 0
-        return LoadReport(
-            rows_read=rows_read,
-            rows=n_rows,
-            dropped_invalid=dropped_invalid,
-            dropped_privacy_unit=dropped_unit,
-            replaced=replaced,
-        )
-
-    def _invalid_message(self, bad: list[tuple[int, int, int]]) -> str:
-        raw: object = NOT_SHOWN
-        if self.show_values:
-            i, _, first = bad[0]
-            row = self._sql(
-                f"SELECT CAST({self.attr_columns[i]} AS VARCHAR) FROM {ident(self.raw)} "
-                "WHERE rowid = ?",
-                [first - 1 + self.first_data],
-            ).fetchall()[0]
-            raw = row[0] if row else None
-        return invalid_message(self.source, self.schema, bad, raw=raw, missing=self.missing)
 
 
 def load_table(

@@ -33,39 +33,29 @@ from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_parts
 from dpcurator.backends._validation import (
-    INT64,
-    INT_PATTERN,
-    NOT_SHOWN,
-    WHITESPACE,
     Coverages,
-    LoadOptions,
     LoadReport,
     QueryChecker,
     check_load_options,
     clip_plan,
-    column_count_message,
-    duplicate_column_message,
-    first_line,
-    invalid_message,
-    matches,
-    missing_id_message,
-    missing_texts,
-    no_column_message,
-    no_unit_column_message,
     summed_rows,
 )
-from dpcurator.errors import DataError, InvalidParameter
+from dpcurator.backends.spark_load import (
+    DECIMAL,
+    SPARK_ERRORS,
+    Loader,
+    acquire,
+    code_column,
+    release,
+)
+from dpcurator.errors import InvalidParameter
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.predicates import IntervalSet, Query
 from dpcurator.queries.schema import Schema
 
 try:
-    from py4j.protocol import Py4JError
-    from pyspark import StorageLevel
-    from pyspark.errors import PySparkException
-    from pyspark.sql import Column, DataFrame, SparkSession, Window
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 except ImportError:  # pragma: no cover - depends on the environment
     raise InvalidParameter(
         "the Spark backend needs pyspark and Java 17: pip install 'dpcurator[spark]'"
@@ -84,69 +74,6 @@ FILTER_CHUNK = 256
 #: larger ones by a binary search of at most this many segments (else not cut).
 _LOOKUP_VALUES = 1 << 15
 _TREE_SEGMENTS = 256
-#: Categorical domains up to this size are coded by a literal map, larger ones by a join.
-_MAP_VALUES = 1 << 12
-#: A coded table of at least this many rows is spread over every core for counting.
-_SPREAD_ROWS = 1 << 20
-
-_DECIMAL = T.DecimalType(38, 0)
-#: Spark errors worth turning into a one-line DataError during a load.
-_SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JError)
-
-# Sessions this module started (id of the SparkContext -> number of open backends).
-_OWNED: dict[int, int] = {}
-_OWNED_LOCK = threading.Lock()
-
-
-def _spark_message(err: BaseException) -> str:
-    """One line from a Spark error: the deepest Java cause's message, if any."""
-    text = ""
-    java = getattr(err, "java_exception", None)
-    if java is not None:
-        with contextlib.suppress(Exception):
-            t, depth = java, 0
-            while t is not None and depth < 20:
-                msg = t.getMessage()
-                if msg:
-                    text = str(msg)
-                t, depth = t.getCause(), depth + 1
-    if not text:
-        getter = getattr(err, "getMessage", None)
-        with contextlib.suppress(Exception):
-            text = str(getter()) if callable(getter) else ""
-    line = first_line(text or str(err))
-    cut = line.find(" SQLSTATE:")
-    return line[:cut].rstrip() if cut > 0 else line
-
-
-def _as_text(value: object, dtype: T.DataType) -> str | None:
-    """A raw value as text, floats written as DuckDB writes them (shortest round-trip
-    digits, Python's layout: ``1e+300``, ``2.5``, ``nan``)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(dtype, T.FloatType):
-        return repr(float(str(np.float32(value))))
-    if isinstance(dtype, T.DoubleType):
-        return repr(float(value))  # type: ignore[arg-type]
-    return str(value)
-
-
-def _code_type(size: int) -> T.DataType:
-    if size <= 1 << 15:
-        return T.ShortType()
-    if size <= 1 << 31:
-        return T.IntegerType()
-    return T.LongType()
-
-
-def _raw_column(j: int) -> str:
-    """Column holding source column ``j`` (source order): no source name is ever used."""
-    return f"k{j}"
-
-
-def _code_column(i: int) -> str:
-    """Column of the stored table holding the codes of attribute ``i`` (schema order)."""
-    return f"c{i}"
 
 
 def _coverage_column(column: str, cov: IntervalSet, size: int) -> Column:
@@ -166,79 +93,6 @@ def _coverage_column(column: str, cov: IntervalSet, size: int) -> Column:
     parts.extend(col.between(F.lit(a), F.lit(b)) for a, b in ranges)
     expr = functools.reduce(operator.or_, parts)
     return ~expr if negate else expr
-
-
-def _is_local(text: str) -> bool:
-    return "://" not in text and not text.startswith(("hdfs:", "s3a:", "s3:", "gs:", "abfs"))
-
-
-def _acquire(spark: object) -> tuple[SparkSession, bool]:
-    """The session to use, and whether this module started it."""
-    if isinstance(spark, SparkSession):
-        return spark, False
-    if spark is not None and (not isinstance(spark, str) or not spark.strip()):
-        raise InvalidParameter(
-            "spark must be a SparkSession, a master URL such as 'local[2]' or "
-            f"'spark://host:7077', or None, got {spark!r}"
-        )
-    from pyspark import SparkContext
-
-    with _OWNED_LOCK:
-        running = SparkContext._active_spark_context
-        if running is not None:
-            if spark is not None and running.master != spark:
-                raise InvalidParameter(
-                    f"a Spark session with master {running.master!r} is already running in "
-                    f"this process; pass it as spark=, or stop it before using {spark!r}"
-                )
-            session = SparkSession.builder.getOrCreate()
-            owned = id(running) in _OWNED
-        else:
-            master = spark if spark is not None else "local[*]"
-            try:
-                session = (
-                    SparkSession.builder.master(master)
-                    .appName("dpcurator")
-                    .config("spark.ui.showConsoleProgress", "false")
-                    .getOrCreate()
-                )
-            except (*_SPARK_ERRORS, RuntimeError, OSError) as err:
-                raise InvalidParameter(
-                    f"cannot start Spark with master {master!r}: {_spark_message(err)}"
-                ) from None
-            owned = True
-        if owned:
-            key = id(session.sparkContext)
-            _OWNED[key] = _OWNED.get(key, 0) + 1
-        return session, owned
-
-
-def _reading_session(session: SparkSession) -> SparkSession:
-    """A session with the settings of ``session`` (which is left as it is) for reading
-    files: names are case-sensitive (a Parquet file may hold names equal but for case;
-    columns are addressed by position anyway), and the CSV reader parses every column of
-    every line, so that a line with too few or too many fields is an error, as in DuckDB
-    (with column pruning Spark would only parse the columns it needs)."""
-    try:
-        clone = SparkSession(session.sparkContext, session._jsparkSession.cloneSession())
-    except Exception:  # an internal API: fall back to a fresh session's settings
-        clone = session.newSession()
-    clone.conf.set("spark.sql.caseSensitive", "true")
-    clone.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
-    return clone
-
-
-def _release(session: SparkSession) -> None:
-    """Stop a session this module started once its last backend is closed."""
-    with _OWNED_LOCK:
-        key = id(session.sparkContext)
-        left = _OWNED.get(key, 0) - 1
-        if left > 0:
-            _OWNED[key] = left
-            return
-        _OWNED.pop(key, None)
-    with contextlib.suppress(Exception):
-        session.stop()
 
 
 def _collect_arrow(df: DataFrame) -> Any:
@@ -277,7 +131,7 @@ class SparkBackend:
         self._owns = owns_session
         self._rows = report.rows
         self._checker = QueryChecker(schema)
-        self._columns = [_code_column(i) for i in range(len(schema))]
+        self._columns = [code_column(i) for i in range(len(schema))]
         self._sizes = [a.size for a in schema.attributes]
         self._view = f"__dpc_{uuid.uuid4().hex[:16]}"
         table.createOrReplaceTempView(self._view)
@@ -301,6 +155,7 @@ class SparkBackend:
         on_invalid: str = "error",
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
+        unit_key: bytes | None = None,
         spark: SparkSession | str | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -317,9 +172,10 @@ class SparkBackend:
         every executor must be able to read them. A URI ending in ``.parquet``, ``.pq``
         or ``/`` is read as Parquet.
 
-        Row order (the privacy unit's "first k rows" and the row numbers in messages) is
-        file order: lines of a CSV file, rows of a Parquet file, part files by name; a
-        DataFrame's order is its partition order (sort it first if that matters).
+        The privacy unit keeps exactly DuckDB's rows for the same ``unit_key`` (a keyed
+        hash of each row's content: file order and Spark's partitioning do not matter).
+        Row numbers in messages follow file order: lines of a CSV file, rows of a Parquet
+        file, part files by name; a DataFrame's order is its partition order.
         """
         opts = check_load_options(
             schema,
@@ -333,21 +189,22 @@ class SparkBackend:
             privacy_unit=privacy_unit,
             name=name,
             show_values=show_values,
+            unit_key=unit_key,
         )
         if columns is not None and not isinstance(data, str | Path):
             raise InvalidParameter("columns= applies to CSV files only")
         if isinstance(data, DataFrame):
             session, owned = data.sparkSession, False
         else:
-            session, owned = _acquire(spark)
-        loader = _Loader(session, opts)
+            session, owned = acquire(spark)
+        loader = Loader(session, opts)
         try:
             loader.ingest(data)
             table, report = loader.encode()
         except BaseException:
             loader.cleanup()
             if owned:
-                _release(session)
+                release(session)
             raise
         loader.cleanup()
         return cls(
@@ -630,7 +487,7 @@ class SparkBackend:
         # (up to 10^38 - 1 > 2^126) is exact and cannot overflow.
         col = F.col(self._columns[plan.index]).cast("bigint")
         clipped = F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high))
-        got = rows.agg(F.count(F.lit(1)), F.sum(clipped.cast(_DECIMAL))).collect()[0]
+        got = rows.agg(F.count(F.lit(1)), F.sum(clipped.cast(DECIMAL))).collect()[0]
         return plan.total(int(got[0]), None if got[1] is None else int(got[1]))
 
     def _covered(self, df: DataFrame, where: Query | None) -> DataFrame | None:
@@ -671,10 +528,10 @@ class SparkBackend:
             col = F.col(self._columns[plan.index]).cast("bigint")
             d = (
                 F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high)) - F.lit(plan.low)
-            ).cast(_DECIMAL)
+            ).cast(DECIMAL)
             aggs = [F.count(F.lit(1)).alias("n"), F.sum(d).alias("s1")]
             if squares:  # offsets below 2^32: their squares and sums fit DECIMAL(38, 0)
-                aggs.append(F.sum((d * d).cast(_DECIMAL)).alias("s2"))
+                aggs.append(F.sum((d * d).cast(DECIMAL)).alias("s2"))
             got = (rows.groupBy(*keys) if keys else rows).agg(*aggs).collect()
         k = len(keys)
         cells = g.cell_of([np.array([r[i] for r in got], np.int64) for i in range(k)])
@@ -729,14 +586,14 @@ class SparkBackend:
                 return
             while self._in_flight:
                 self._readers.wait()
-            with contextlib.suppress(*_SPARK_ERRORS):
+            with contextlib.suppress(*SPARK_ERRORS):
                 self.session.catalog.dropTempView(self._view)
             for d in self._cached:
-                with contextlib.suppress(*_SPARK_ERRORS):
+                with contextlib.suppress(*SPARK_ERRORS):
                     d.unpersist()
             self._cached.clear()
             if self._owns:
-                _release(self.session)
+                release(self.session)
 
     def __enter__(self) -> SparkBackend:
         return self
@@ -757,464 +614,3 @@ def _column(table: Any, name: str) -> np.ndarray:
     if col.null_count:
         col = pc.fill_null(col, 0)
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-# ---------------------------------------------------------------------- loading
-
-
-class _Loader:
-    """raw rows with a file-order key -> coded, validated rows -> cached coded table.
-
-    The raw DataFrame's columns are ``k0 ..`` (source columns by position) and the
-    order key ``__f`` (file), ``__b`` (start of the file split), ``__m``
-    (``monotonically_increasing_id``: partition index and place in the partition, taken
-    right after the scan). Inside a file split the rows of a partition are in file order
-    and their ids consecutive, and splits are ordered by their start, so ``(__f, __b,
-    __m)`` orders the rows exactly as the files do, however Spark cuts them. Every step
-    that compares keys does so within one pass over the data (the validation, which also
-    numbers the rows; the privacy unit's window), so a different cut in another pass
-    changes nothing; the header is the first row of the first split whatever the cut.
-    """
-
-    def __init__(self, session: SparkSession, opts: LoadOptions) -> None:
-        self.session = session
-        self.opts = opts
-        self.schema = opts.schema
-        self.source = "data"
-        self.names: list[str] = []
-        self.first_data = 0
-        self.raw: DataFrame | None = None
-        #: Order key of the header row (None without a header).
-        self.header_key: tuple[str, int, int] | None = None
-        self.kept: list[DataFrame] = []  # persisted DataFrames the backend keeps
-        self._temp: list[DataFrame] = []  # persisted DataFrames dropped after the load
-
-    def cleanup(self) -> None:
-        for d in self._temp:
-            with contextlib.suppress(*_SPARK_ERRORS):
-                d.unpersist()
-        self._temp.clear()
-
-    def _persist(self, df: DataFrame, keep: bool = False) -> DataFrame:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        (self.kept if keep else self._temp).append(df)
-        return df
-
-    def _run(self, action: Any, what: str = "cannot read data: ") -> Any:
-        """Run a Spark action, turning its failure into one line."""
-        try:
-            return action()
-        except _SPARK_ERRORS as err:
-            raise DataError(f"{self.source}: {what}{_spark_message(err)}") from None
-
-    # -- step 1: raw rows with the order key
-
-    def ingest(self, data: Any) -> None:
-        if isinstance(data, str | Path):
-            text = str(data)
-            if _is_local(text):
-                path = Path(text)
-                self.source = str(path)
-                if path.is_dir():
-                    kind = "parquet"
-                elif path.is_file():
-                    kind = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
-                else:
-                    raise DataError(f"{path}: no such data file")
-                uri = "file://" + str(path.resolve())
-            else:
-                self.source = uri = text
-                kind = "parquet" if text.lower().endswith((".parquet", ".pq", "/")) else "csv"
-            reader = _reading_session(self.session)
-            self.session = reader
-            if kind == "parquet":
-                df = self._run(lambda: reader.read.parquet(uri))
-                self.names = [str(n) for n in df.columns]
-                self.raw = self._with_key(df, from_file=True)
-            else:
-                self._read_csv(reader, uri)
-        else:
-            df, self.names = self._from_object(data)
-            self.raw = self._with_key(df, from_file=False)
-
-    def _from_object(self, data: Any) -> tuple[DataFrame, list[str]]:
-        if isinstance(data, DataFrame):
-            self.source = "Spark DataFrame"
-            return data, [str(c) for c in data.columns]
-        import pyarrow as pa
-
-        table = None
-        if isinstance(data, pa.Table):
-            self.source = "Arrow table"
-            names = [str(c) for c in data.column_names]
-            table = data.rename_columns([_raw_column(j) for j in range(len(names))])
-        else:
-            try:
-                import pandas as pd
-            except ImportError:  # pragma: no cover - pandas is a dependency
-                pd = None
-            if pd is not None and isinstance(data, pd.DataFrame):
-                self.source = "DataFrame"
-                names = [str(c) for c in data.columns]
-                # Positional order is the file order (not the index, not a column).
-                frame = data.copy(deep=False)
-                frame.columns = [_raw_column(j) for j in range(len(names))]
-                try:
-                    table = pa.Table.from_pandas(frame, preserve_index=False)
-                except (pa.ArrowException, TypeError, ValueError) as err:
-                    raise DataError(
-                        f"{self.source}: cannot read data: {first_line(str(err))}"
-                    ) from None
-        if table is None:
-            raise InvalidParameter(
-                "data must be a CSV or Parquet path, a Spark DataFrame, a pandas DataFrame "
-                f"or a pyarrow Table, got {type(data).__name__}"
-            )
-        # Dictionary (categorical) columns arrive as their values.
-        cols = [
-            c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
-            for c in table.columns
-        ]
-        table = pa.table(cols, names=[_raw_column(j) for j in range(len(names))])
-        return self._run(lambda: self._from_arrow(table)), names
-
-    def _from_arrow(self, table: Any) -> DataFrame:
-        try:
-            return self.session.createDataFrame(table)
-        except (TypeError, ValueError):  # pyspark 3.5 takes pandas, not Arrow
-            return self.session.createDataFrame(table.to_pandas())
-
-    def _with_key(self, df: DataFrame, *, from_file: bool) -> DataFrame:
-        width = len(df.columns)
-        df = df.toDF(*[_raw_column(j) for j in range(width)])
-        if from_file:
-            f = F.expr("input_file_name()")
-            b = F.expr("input_file_block_start()")
-        else:
-            f, b = F.lit(""), F.lit(0).cast("bigint")
-        keyed = df.select(
-            "*",
-            f.alias("__f"),
-            b.alias("__b"),
-            F.monotonically_increasing_id().alias("__m"),
-        )
-        return keyed
-
-    def _read_csv(self, reader: SparkSession, uri: str) -> None:
-        opts = self.opts
-        options = {
-            "sep": opts.separator,
-            "quote": '"',
-            "escape": '"',
-            "header": "false",
-            "inferSchema": "false",
-            "mode": "FAILFAST",
-            "multiLine": "false",
-            "ignoreLeadingWhiteSpace": "false",
-            "ignoreTrailingWhiteSpace": "false",
-            "encoding": "UTF-8",
-        }
-        if opts.skip == 0:
-            df = self._run(lambda: reader.read.options(**options).csv(uri))
-            raw = self._with_key(df, from_file=True)
-        else:
-            # Spark's CSV reader cannot skip lines: drop the first lines of the file's
-            # first split (partition 0, which starts at byte 0), then parse the rest.
-            def parse() -> DataFrame:
-                lines = reader.read.text(uri).select(
-                    "value",
-                    F.expr("input_file_block_start()").alias("b"),
-                    F.monotonically_increasing_id().alias("m"),
-                )
-                head = (F.col("b") == 0) & (F.col("m") < F.lit(opts.skip))
-                kept = lines.where(~head).select("value")
-                jvm = reader.sparkContext._jvm
-                assert jvm is not None
-                jds = getattr(kept._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
-                jreader = reader._jsparkSession.read()
-                for k, v in options.items():
-                    jreader = jreader.option(k, v)
-                return DataFrame(jreader.csv(jds), reader)
-
-            df = self._run(parse)
-            raw = self._with_key(df, from_file=False)
-        width = len(df.columns)
-        self.raw = raw
-        self.names = self._csv_names(raw, width)
-
-    def _csv_names(self, raw: DataFrame, width: int) -> list[str]:
-        """Column names of a CSV file read headerless; sets ``first_data`` and
-        ``header_key``. The first row is the first row of the first non-empty partition
-        (splits are in file order); only the header row, never a data row, comes to the
-        driver: whether the first row is a header is decided on the cluster."""
-        opts = self.opts
-        cells = [F.coalesce(F.col(_raw_column(j)), F.lit("")) for j in range(width)]
-        wanted = list(opts.columns) if opts.columns is not None else list(self.schema.names)
-        if opts.header is None:
-            # Every wanted name is a field of the row, as written or stripped.
-            fields = F.array(*cells, *[F.btrim(c, F.lit(WHITESPACE)) for c in cells])
-            names = F.array(*[F.lit(w) for w in wanted])
-            flag = F.size(F.array_except(names, fields)) == 0 if wanted else F.lit(True)
-        else:
-            flag = F.lit(opts.header)
-        first = self._run(
-            lambda: raw.select(flag.alias("h"), "__f", "__b", "__m").limit(1).collect(),
-        )
-        if not first:
-            raise DataError(f"{self.source}: the file is empty")
-        header = bool(first[0]["h"])
-        self.first_data = 1 if header else 0
-        if header:
-            self.header_key = (first[0]["__f"], int(first[0]["__b"]), int(first[0]["__m"]))
-            if opts.columns is None:
-                got = self._run(lambda: raw.select(F.array(*cells)).limit(1).collect())
-                return [str(v) for v in got[0][0]] if width else []
-        names = list(opts.columns) if opts.columns is not None else list(self.schema.names)
-        msg = column_count_message(self.source, width, names, opts.columns is not None)
-        if msg is not None:
-            raise DataError(msg)
-        return names
-
-    def column(self, name: str, what: str) -> str | None:
-        """The raw column holding ``name`` (exact name first, then ignoring surrounding
-        whitespace), None if there is none; two candidates are an error."""
-        found = matches(self.names, name)
-        if len(found) > 1:
-            raise DataError(duplicate_column_message(self.source, name, what))
-        return _raw_column(found[0]) if found else None
-
-    # -- step 2: codes, validation, privacy unit, final table
-
-    def _integer_value(self, col: Column, dtype: T.DataType) -> Column:
-        """The value as DECIMAL(38, 0) if it is an integer (exactly), else NULL."""
-        if isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-            return col.cast(_DECIMAL)
-        if isinstance(dtype, T.DecimalType):
-            return F.when(col == F.floor(col), col.cast(_DECIMAL))
-        if isinstance(dtype, T.FloatType | T.DoubleType):
-            d = col.cast("double")
-            # Integral, finite and inside 64 bits (every domain is): exact through BIGINT.
-            ok = (
-                ~F.isnan(d)
-                & (d == F.rint(d))
-                & (d >= F.lit(float(INT64[0])))
-                & (d < F.lit(-float(INT64[0])))
-            )
-            return F.when(ok, d.cast("bigint").cast(_DECIMAL))
-        s = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-        return F.when(s.rlike(r"\A" + INT_PATTERN + r"\z"), s.cast(_DECIMAL))
-
-    def encode(self) -> tuple[DataFrame, LoadReport]:
-        opts = self.opts
-        schema = self.schema
-        raw = self.raw
-        assert raw is not None
-        types = {f.name: f.dataType for f in raw.schema.fields}
-        cols: list[str] = []
-        for attr in schema.attributes:
-            col = self.column(attr.name, f"attribute {attr.name!r}")
-            if col is None:
-                raise DataError(no_column_message(self.source, attr.name))
-            cols.append(col)
-        unit = opts.privacy_unit
-        id_col = None
-        if unit is not None:
-            id_col = self.column(unit[0], "the privacy unit")
-            if id_col is None:
-                raise DataError(no_unit_column_message(self.source, unit[0]))
-
-        src = raw
-        if self.header_key is not None:
-            f0, b0, m0 = self.header_key
-            src = src.where(
-                ~((F.col("__f") == F.lit(f0)) & (F.col("__b") == b0) & (F.col("__m") == m0))
-            )
-        codes: list[Column] = []
-        shown: list[Column] = []
-        for i, attr in enumerate(schema.attributes):
-            col = F.col(cols[i])
-            if attr.type == "categorical":
-                text = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-                if attr.size <= _MAP_VALUES:
-                    # A literal map (folded into one constant) looked up per row.
-                    lookup = F.create_map(
-                        *[x for p, v in enumerate(attr.values) for x in (F.lit(v), F.lit(p))]
-                    )
-                    code = F.try_element_at(lookup, text).cast("bigint")
-                else:
-                    # A large domain: a join with a table of the declared values.
-                    dom = self.session.createDataFrame(
-                        [(v, p) for p, v in enumerate(attr.values)],
-                        T.StructType(
-                            [
-                                T.StructField(f"__v{i}", T.StringType(), False),
-                                T.StructField(f"__p{i}", T.LongType(), False),
-                            ]
-                        ),
-                    )
-                    src = src.join(dom, text == F.col(f"__v{i}"), "left")
-                    code = F.col(f"__p{i}")
-            else:
-                v = self._integer_value(col, types[cols[i]])
-                lo, hi = F.lit(attr.min).cast(_DECIMAL), F.lit(attr.max).cast(_DECIMAL)
-                code = F.when(v.between(lo, hi), (v - lo).cast("bigint"))
-            if attr.missing is not None:  # blank, NULL, a missing token: the missing value
-                dtype = types[cols[i]]
-                trimmed = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-                missing = col.isNull() | trimmed.isin(missing_texts(attr, opts.missing))
-                if isinstance(dtype, T.FloatType | T.DoubleType):
-                    missing = missing | F.isnan(col.cast("double"))
-                if attr.type == "integer" and isinstance(attr.missing, int):
-                    # an integer marker (-1) is missing in every form it is written
-                    missing = missing | (v == F.lit(attr.missing).cast(_DECIMAL))
-                code = F.when(code.isNotNull(), code).when(
-                    missing, F.lit(attr.missing_position).cast("bigint")
-                )
-            # Stored narrow: the stage is materialised once, then read by every step.
-            codes.append(code.cast(_code_type(attr.size)).alias(f"v{i}"))
-            if opts.show_values:
-                # The raw text of invalid values only (for the custodian's message).
-                dtype = types[cols[i]]
-                raw = col if isinstance(dtype, T.FloatType | T.DoubleType) else col.cast("string")
-                shown.append(F.when(code.isNull(), raw).alias(f"r{i}"))
-        select = [*codes, *shown, "__f", "__b", "__m"]
-        if id_col is not None:
-            ident = F.col(id_col)
-            if isinstance(types[id_col], T.StringType):
-                trimmed = F.btrim(ident, F.lit(WHITESPACE))
-                ident = F.when(~trimmed.isin(list(opts.missing)), trimmed)
-            select.append(ident.alias("__id"))
-        stage = src.select(*select)
-
-        # Validation over every row, in ONE pass that also numbers the rows: per run of
-        # consecutive rows (a file split within a partition: its ids are consecutive),
-        # its rows, its first id and, per attribute, the invalid rows and the first one.
-        # Runs sorted by (file, split start, first id) are in file order, so a row's
-        # number is the rows of the runs before it plus its place in its run.
-        n_attr = len(schema.attributes)
-        m = F.col("__m")
-        aggs = [F.count(F.lit(1)).alias("n"), F.min(m).alias("m0")]
-        checks = [F.col(f"v{i}").isNull() for i in range(n_attr)]
-        if unit is not None:
-            checks.append(F.col("__id").isNull())
-        for c, bad in enumerate(checks):
-            aggs.append(F.count(F.when(bad, F.lit(1))).alias(f"b{c}"))
-            aggs.append(F.min(F.when(bad, m)).alias(f"f{c}"))
-        runs = self._run(
-            lambda: (
-                stage.groupBy("__f", "__b", F.shiftright(m, 33).alias("__p")).agg(*aggs).collect()
-            )
-        )
-        runs.sort(key=lambda r: (r["__f"], r["__b"], r["m0"]))
-        rows_read = sum(int(r["n"]) for r in runs)
-
-        def first_bad(c: int) -> tuple[int, int, tuple[str, int, int] | None]:
-            """(invalid rows, 1-based row of the first, its order key) of check c."""
-            total, first, before = 0, None, 0
-            for r in runs:
-                n_bad = int(r[f"b{c}"])
-                if n_bad and first is None:
-                    first = (before + int(r[f"f{c}"]) - int(r["m0"]) + 1, r)
-                total += n_bad
-                before += int(r["n"])
-            if first is None:
-                return total, 0, None
-            row, r = first
-            return total, row, (r["__f"], int(r["__b"]), int(r[f"f{c}"]))
-
-        bad_attrs: list[tuple[int, int, int, Any]] = []
-        replaced: dict[str, int] = {}
-        for i, attr in enumerate(schema.attributes):
-            n_bad, row, key = first_bad(i)
-            if n_bad == 0:
-                continue
-            if attr.name in opts.replace:
-                replaced[attr.name] = n_bad
-            else:
-                bad_attrs.append((i, n_bad, row, key))
-        id_bad = None
-        if unit is not None:
-            n_bad, row, _ = first_bad(n_attr)
-            if n_bad:
-                id_bad = (n_bad, row)
-        if opts.on_invalid == "error":
-            if bad_attrs:
-                i, n_bad, row, key = bad_attrs[0]
-                raw_value = self._raw(stage, key, f"r{i}") if opts.show_values else NOT_SHOWN
-                listed = [(j, n, r) for j, n, r, _ in bad_attrs]
-                raise DataError(
-                    invalid_message(
-                        self.source, schema, listed, raw=raw_value, missing=opts.missing
-                    )
-                )
-            if id_bad is not None:
-                assert unit is not None
-                raise DataError(missing_id_message(self.source, unit[0], id_bad[0], id_bad[1]))
-
-        # Final table: privacy-unit cap in file order, then the drop rule, then replacements.
-        src = stage
-        if unit is not None:
-            window = Window.partitionBy("__id").orderBy("__f", "__b", "__m")
-            src = (
-                src.where(F.col("__id").isNotNull())
-                .withColumn("__rank", F.row_number().over(window))
-                .where(F.col("__rank") <= F.lit(unit[1]))
-            )
-        final_cols = []
-        for i, attr in enumerate(schema.attributes):
-            code = F.col(f"v{i}")
-            if attr.name in opts.replace:
-                code = F.coalesce(code, F.lit(opts.replace[attr.name]).cast("bigint"))
-            final_cols.append(code.cast(_code_type(attr.size)).alias(_code_column(i)))
-        valid = F.lit(True)
-        if opts.on_invalid == "drop":
-            valid = functools.reduce(
-                operator.and_,
-                [
-                    F.col(f"v{i}").isNotNull()
-                    for i, attr in enumerate(schema.attributes)
-                    if attr.name not in opts.replace
-                ],
-                F.lit(True),
-            )
-        pre = src.select(*final_cols, valid.alias("__ok"))
-        parallel = self.session.sparkContext.defaultParallelism
-        if rows_read >= _SPREAD_ROWS and pre.rdd.getNumPartitions() < parallel:
-            pre = pre.repartition(parallel)  # e.g. one gzip file: one partition
-        pre = self._persist(pre, keep=True)
-        got = self._run(
-            lambda: pre.agg(F.count(F.lit(1)), F.count(F.when(F.col("__ok"), F.lit(1)))).collect()[
-                0
-            ]
-        )
-        kept, n_rows = int(got[0]), int(got[1])
-        names = [_code_column(i) for i in range(n_attr)]
-        if kept != n_rows:
-            final = self._persist(pre.where(F.col("__ok")).select(*names), keep=True)
-            self._run(final.count)
-            self.kept.remove(pre)
-            self._temp.append(pre)
-        else:
-            final = pre.select(*names)
-        dropped_unit = rows_read - kept if unit is not None else 0
-        return final, LoadReport(
-            rows_read=rows_read,
-            rows=n_rows,
-            dropped_invalid=kept - n_rows if opts.on_invalid == "drop" else 0,
-            dropped_privacy_unit=dropped_unit,
-            replaced=replaced,
-        )
-
-    def _raw(self, stage: DataFrame, key: Any, shown: str) -> Any:
-        """The raw text of the row with order key ``key`` (the stage's column ``shown``),
-        for the custodian's message: one value back. Another pass: should Spark have cut
-        the file otherwise in between (cores joined the cluster), a key that is no longer
-        found leaves the value out of the message rather than show another row's."""
-        f0, b0, m0 = key
-        same = (F.col("__f") == F.lit(f0)) & (F.col("__b") == b0) & (F.col("__m") == m0)
-        got = self._run(
-            lambda: stage.where(same).agg(F.count(F.lit(1)), F.max(F.col(shown))).collect()[0]
-        )
-        if int(got[0]) != 1:
-            return NOT_SHOWN
-        return _as_text(got[1], stage.schema[shown].dataType)

@@ -173,7 +173,8 @@ def add_privacy_unit(p: argparse.ArgumentParser) -> None:
         "--privacy-unit",
         metavar="COLUMN:K",
         help="a person (or aircraft, ...) is the rows sharing one value of COLUMN; keep "
-        "the first K of each (file order) and make every cost per unit, e.g. tailnum:50",
+        "K of each, chosen uniformly at random (the same rows for the ledger's life), and "
+        "make every cost per unit, e.g. tailnum:50",
     )
     g.add_argument(
         "--unit-name",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -208,6 +209,7 @@ class Curator(StatisticRequests, WorkloadRequests):
         anchor: str | Path | bool | None = True,
         verify_every: float | None = None,
         privacy_unit: tuple[str, int] | tuple[str, int, str] | PrivacyUnit | None = None,
+        unit_key: bytes | None = None,
         tables: Mapping[str, tuple[object, Schema | str | Path]] | None = None,
         rng: RandomSource | None = None,
         allow_insecure: bool = False,
@@ -221,13 +223,19 @@ class Curator(StatisticRequests, WorkloadRequests):
     ) -> Curator:
         """Load the data, open (or create) the ledger, and rebuild the filter from it.
 
-        ``privacy_unit=("user_id", k)``: each person's rows beyond k are dropped (in file
-        order, a rule that reads no other value) and every cost is a per-person cost: the
-        noise is calibrated to sensitivity k, which is the k-fold group privacy of the
-        per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun & Steinke 2016, Prop. 1.9
-        for zCDP; Dong, Roth & Su 2022 for GDP). ``("tailnum", 50, "aircraft")`` or a
+        ``privacy_unit=("user_id", k)``: each person keeps k of their rows, a uniformly
+        random choice made by a keyed hash of each row's content (a rule that reads only
+        that person's rows; see :mod:`dpcurator.backends.unit_rows`), and every cost is
+        a per-person cost: the noise is calibrated to sensitivity k, which is the k-fold
+        group privacy of the per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun &
+        Steinke 2016, Prop. 1.9 for zCDP; Dong, Roth & Su 2022 for GDP). ``("tailnum", 50, "aircraft")`` or a
         :class:`~dpcurator.curator.privacy_unit.PrivacyUnit` also names the unit for
-        people to read ("per aircraft"; default "person"). ``ledger``: an SQLite file, or
+        people to read ("per aircraft"; default "person"). ``unit_key``:
+        the 32 secret random bytes of that hash; the same key keeps the same rows in any
+        process, backend and file order, so pass the key kept with the ledger to keep
+        the same rows across restarts and replicas. None draws a fresh key from the
+        operating system's CSPRNG at this open (as random, but another open keeps other
+        rows). ``ledger``: an SQLite file, or
         ``postgresql://user@host/dbname[?schema=NAME]`` for a ledger that curators on
         several hosts share (see :mod:`dpcurator.curator.stores`); ``ledger=None`` keeps
         the ledger in memory only. ``anchor``: the file outside the ledger's store where
@@ -245,6 +253,7 @@ class Curator(StatisticRequests, WorkloadRequests):
         SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """
         from dpcurator.backends import DuckDBBackend
+        from dpcurator.backends.unit_rows import KEY_BYTES
 
         if backend not in ("duckdb", "spark"):
             raise InvalidParameter(f"backend must be 'duckdb' or 'spark', got {backend!r}")
@@ -307,6 +316,8 @@ class Curator(StatisticRequests, WorkloadRequests):
             "tables": {n: s.to_dict() for n, s in schemas.items()},
             "privacy_unit": list(unit.pair) if unit else None,  # the name changes no number
         }
+        if privacy_unit is not None and unit_key is None:
+            unit_key = secrets.token_bytes(KEY_BYTES)
         backends = {}
         try:
             for name, (d, _) in tables.items():
@@ -314,6 +325,7 @@ class Curator(StatisticRequests, WorkloadRequests):
                     d,
                     schemas[name],
                     privacy_unit=unit.pair if unit else None,
+                    unit_key=unit_key,
                     name=name,
                     **load_options,
                 )

@@ -1,0 +1,340 @@
+"""The privacy unit's rows: a keyed, uniformly random choice of k rows per unit.
+
+Against the pure-Python reference (:mod:`dpcurator.backends.unit_rows`): the kept rows do
+not depend on file order or format, do depend on the key, are uniform over the positions
+of a unit's rows, are the same in DuckDB and Spark; the report's unit statistics against
+a brute-force pandas computation; rows with a missing id refused or dropped alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpcurator.backends import DuckDBBackend
+from dpcurator.backends._validation import check_load_options
+from dpcurator.backends.unit_rows import (
+    UnitReport,
+    candidate_ks,
+    choose_rows,
+    row_hash,
+    row_text,
+)
+from dpcurator.errors import DataError, DpCuratorError, InvalidParameter
+from dpcurator.queries import Attribute, Schema
+
+KEY = hashlib.sha256(b"dpcurator unit rows test key").digest()
+OTHER_KEY = hashlib.sha256(b"another key").digest()
+
+SCHEMA = Schema(
+    (
+        Attribute("age", "integer", min=0, max=99),
+        Attribute("sex", "categorical", values=("F", "M")),
+    )
+)
+
+
+def frame(n: int, units: int, seed: int) -> pd.DataFrame:
+    """Rows of skewed units (some with many rows, some duplicates within a unit)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.pareto(1.5, units) + 1
+    uid = rng.choice(units, size=n, p=weights / weights.sum())
+    return pd.DataFrame(
+        {
+            "uid": [f"u{int(u)}" for u in uid],
+            "age": rng.integers(0, 30, n),  # few values: identical rows within a unit
+            "sex": rng.choice(["F", "M"], n),
+        }
+    )
+
+
+def codes(df: pd.DataFrame) -> list[tuple[str, tuple[int, int]]]:
+    """(id text, codes) of every row of a frame of valid rows (``SCHEMA``)."""
+    sex = {"F": 0, "M": 1}
+    return [
+        (str(u).strip(), (int(a), sex[s]))
+        for u, a, s in zip(df["uid"], df["age"], df["sex"], strict=True)
+    ]
+
+
+def kept(backend: DuckDBBackend) -> list[tuple[int, ...]]:
+    rows = backend.connection.execute(f'SELECT * FROM "{backend.table}"').fetchall()
+    return sorted(tuple(int(v) for v in r) for r in rows)
+
+
+def load(data, k: int, key: bytes = KEY, **options) -> DuckDBBackend:
+    return DuckDBBackend.load(data, SCHEMA, privacy_unit=("uid", k), unit_key=key, **options)
+
+
+# --------------------------------------------------------------------- the reference
+
+
+def test_row_text_is_unambiguous_and_hashes_as_sha256():
+    key = bytes(range(32))
+    text = row_text(key, [3, 0, 12], "a|b c")
+    assert text == key.hex() + "|3|0|12|a|b c"
+    assert row_hash(key, [3, 0, 12], "a|b c") == hashlib.sha256(text.encode()).hexdigest()
+    # A fixed number of codes, then the id (which may hold "|"): distinct rows, distinct texts.
+    assert row_text(key, [1, 2], "3") != row_text(key, [1, 23], "")
+    assert candidate_ks(1) == (1,)
+    assert candidate_ks(50) == (1, 2, 5, 10, 20, 50)
+    assert candidate_ks(51) == (1, 2, 5, 10, 20, 50, 51)
+    assert candidate_ks(4300) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 4300)
+    assert candidate_ks(0) == ()
+
+
+def test_report_from_sizes():
+    # 10 units: sizes 1 (x5), 2 (x3), 10, 40.
+    r = UnitReport.from_sizes("uid", 2, {1: 5, 2: 3, 10: 1, 40: 1}, dropped_missing_id=4)
+    assert (r.units, r.rows, r.dropped_by_cap, r.dropped_missing_id) == (10, 15, 46, 4)
+    assert (r.p50, r.p90, r.p99, r.max) == (1, 10, 40, 40)
+    assert r.kept_by_k == ((1, 10), (2, 15), (5, 21), (10, 31), (20, 41), (40, 61))
+    empty = UnitReport.from_sizes("uid", 3, {}, dropped_missing_id=2)
+    assert (empty.units, empty.rows, empty.max, empty.kept_by_k) == (0, 0, 0, ())
+
+
+# --------------------------------------------------------------------- DuckDB
+
+
+def test_kept_rows_do_not_depend_on_file_order_or_format(tmp_path):
+    df = frame(3000, 120, seed=1)
+    want = choose_rows(codes(df), 4, KEY)
+    assert len(want) < len(df) // 2  # the cap bites
+    shuffled = df.sample(frac=1.0, random_state=7)
+    descending = df.sort_values(["uid", "age", "sex"], ascending=False)
+    sources = []
+    for i, d in enumerate((df, shuffled, descending)):
+        path = tmp_path / f"d{i}.csv"
+        d.to_csv(path, index=False)
+        sources.append(path)
+    pq.write_table(pa.Table.from_pandas(shuffled, preserve_index=False), tmp_path / "d.parquet")
+    sources += [tmp_path / "d.parquet", descending, pa.Table.from_pandas(df)]
+    for src in sources:
+        with load(src, 4) as b:
+            assert kept(b) == want, src
+            assert b.report.rows == len(want)
+    # Another key: another choice (of the same size).
+    with load(df, 4, key=OTHER_KEY) as b:
+        other = kept(b)
+    assert other != want and len(other) == len(want)
+    assert other == choose_rows(codes(df), 4, OTHER_KEY)
+
+
+def test_uniform_over_the_positions_of_a_units_rows():
+    # 2000 units of 20 rows; "pos" is a row's place in its unit in file order. Keeping
+    # k = 5 by hash keeps each position with probability 1/4 (the first-k rule: 1 or 0).
+    units, size, k = 2000, 20, 5
+    schema = Schema(
+        (
+            Attribute("pos", "integer", min=0, max=size - 1),
+            Attribute("sex", "categorical", values=("F", "M")),
+        )
+    )
+    rng = np.random.default_rng(11)
+    df = pd.DataFrame(
+        {
+            "uid": np.repeat([f"a{u}" for u in range(units)], size),
+            "pos": np.tile(np.arange(size), units),
+            "sex": rng.choice(["F", "M"], units * size),
+        }
+    ).sample(frac=1.0, random_state=3)  # interleave the units
+    df["pos"] = df.groupby("uid").cumcount()  # positions in file order
+    with DuckDBBackend.load(df, schema, privacy_unit=("uid", k), unit_key=KEY) as b:
+        per_pos = b.connection.execute(
+            f'SELECT c0, count(*) FROM "{b.table}" GROUP BY c0 ORDER BY c0'
+        ).fetchall()
+        assert b.report.rows == units * k
+    observed = np.array([n for _, n in per_pos])
+    expected = units * k / size  # 500 per position, standard deviation ~19.4
+    assert len(observed) == size
+    assert np.all(np.abs(observed - expected) < 100), observed
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < 60, chi2  # 19 degrees of freedom: 99.99% quantile ~ 48
+
+
+def test_report_matches_a_brute_force_count(tmp_path):
+    df = frame(4000, 300, seed=2)
+    rng = np.random.default_rng(5)
+    ids = df["uid"].astype(object)
+    gone = rng.random(len(df)) < 0.05
+    ids[gone] = rng.choice(["", "  ", "NA", "?"], int(gone.sum()))
+    df["uid"] = ids
+    df.loc[rng.random(len(df)) < 0.05, "age"] = 500  # invalid: dropped before the cap
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    k = 7
+    with load(path, k, on_invalid="drop") as b:
+        report = b.report
+        got = kept(b)
+    missing = df["uid"].str.strip().isin(["", "NA", "?"])
+    valid = df[~missing & (df["age"] <= 99)]
+    sizes = valid.groupby("uid").size().to_numpy()
+    assert got == choose_rows(codes(valid), k, KEY)
+    unit = report.unit
+    assert unit is not None
+    assert (unit.column, unit.k) == ("uid", k)
+    assert unit.units == len(sizes)
+    assert unit.rows == report.rows == int(np.minimum(sizes, k).sum()) == len(got)
+    assert unit.dropped_by_cap == int(np.maximum(sizes - k, 0).sum())
+    assert unit.dropped_missing_id == int(missing.sum())
+    for pct, value in ((50, unit.p50), (90, unit.p90), (99, unit.p99), (100, unit.max)):
+        assert value == int(np.quantile(sizes, pct / 100, method="inverted_cdf"))
+    ks = [c for c, _ in unit.kept_by_k]
+    assert ks == [c for c in (1, 2, 5, 10, 20, 50, 100) if c < sizes.max()] + [sizes.max()]
+    assert [n for _, n in unit.kept_by_k] == [int(np.minimum(sizes, c).sum()) for c in ks]
+    assert report.rows_read == len(df)
+    assert report.dropped_privacy_unit == unit.dropped_missing_id + unit.dropped_by_cap
+    assert report.dropped_invalid == int((~missing & (df["age"] > 99)).sum())
+    assert report.rows_read == (report.rows + report.dropped_invalid + report.dropped_privacy_unit)
+    # Replaced values are chosen by their replacement's code.
+    replaced = df[~missing].assign(age=df["age"].where(df["age"] <= 99, 0))
+    with load(path, k, on_invalid="drop", replace={"age": 0}) as b:
+        assert kept(b) == choose_rows(codes(replaced), k, KEY)
+        assert b.report.dropped_invalid == 0
+    with DuckDBBackend.load(path, SCHEMA, on_invalid="drop") as b:
+        assert b.report.unit is None  # no unit, no unit statistics
+
+
+def test_missing_ids_are_refused_or_dropped(tmp_path):
+    text = "uid,age,sex\na,1,F\n ,2,F\nNA,3,M\nb,4,M\n,5,F\n?,6,M\n"
+    path = tmp_path / "d.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataError, match=r"'uid': 4 rows have a missing id \(first: row 2\)$"):
+        load(path, 1)
+    with load(path, 1, on_invalid="drop") as b:
+        assert kept(b) == [(1, 0), (4, 1)]
+        assert b.report.unit.dropped_missing_id == 4
+        assert b.report.dropped_privacy_unit == 4
+        assert b.report.dropped_invalid == 0
+    # A typed id column: NULL is missing (and nothing else is).
+    table = pa.table({"uid": pa.array([7, None, 7, 8], pa.int64()), "age": [1, 2, 3, 4],
+                      "sex": ["F", "F", "M", "M"]})  # fmt: skip
+    with pytest.raises(DataError, match=r"1 rows have a missing id \(first: row 2\)"):
+        load(table, 1)
+    with load(table, 2, on_invalid="drop") as b:
+        assert kept(b) == [(1, 0), (3, 1), (4, 1)]
+        assert b.report.unit.dropped_missing_id == 1
+
+
+def test_integer_ids_hash_alike_in_every_type(tmp_path):
+    # The same ids as CSV text, as int64 and as float64 with NaN (pandas' integers with a
+    # missing value): the same rows are kept.
+    df = frame(1500, 60, seed=4)
+    df["uid"] = df["uid"].str[1:].astype(np.int64) + 10_000_000  # past Spark's 1e7 notation
+    want = choose_rows(codes(df), 3, KEY)
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    floats = pd.concat([df, pd.DataFrame({"uid": [np.nan], "age": [5], "sex": ["F"]})])
+    assert floats["uid"].dtype == np.float64
+    for src in (path, df, floats):
+        with load(src, 3, on_invalid="drop") as b:
+            assert kept(b) == want
+
+
+def test_the_unit_key_is_required_checked_and_never_shown(tmp_path):
+    df = frame(50, 5, seed=6)
+    with pytest.raises(InvalidParameter, match=r"^privacy_unit needs unit_key: 32 secret"):
+        DuckDBBackend.load(df, SCHEMA, privacy_unit=("uid", 2))
+    for bad, what in ((KEY.hex(), "got str"), (KEY[:16], "got 16 bytes"), (1, "got int")):
+        with pytest.raises(InvalidParameter, match=what) as err:
+            load(df, 2, key=bad)
+        assert KEY.hex() not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InvalidParameter, match="privacy_unit must be"):  # k checked first
+        load(df, 0, key=None)
+    with DuckDBBackend.load(df, SCHEMA, unit_key=KEY) as b:  # checked, unused
+        assert b.report.rows == 50 and b.report.unit is None
+    opts = check_load_options(SCHEMA, privacy_unit=("uid", 2), unit_key=KEY)
+    assert KEY.hex() not in repr(opts) and repr(KEY) not in repr(opts)
+
+
+# --------------------------------------------------------------------- Spark
+
+
+def spark_kept(backend) -> list[tuple[int, ...]]:
+    return sorted(tuple(int(v) for v in r) for r in backend.dataframe.collect())
+
+
+def spark_test(test):
+    """A Spark test: in the one worker that holds the session (the ``spark`` fixture skips
+    it without pyspark or Java), pyspark's warnings about pandas versions ignored."""
+    quiet = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
+    return pytest.mark.xdist_group("spark")(quiet(test))
+
+
+def load_twins(spark, data, k, spark_data=None, **options):
+    """Both backends on the same data, or the same one-line refusal from both."""
+    from dpcurator.backends.spark_backend import SparkBackend
+
+    out, errors = [], []
+    for cls, d, extra in (
+        (DuckDBBackend, data, {}),
+        (SparkBackend, data if spark_data is None else spark_data, {"spark": spark}),
+    ):
+        try:
+            out.append(
+                cls.load(d, SCHEMA, privacy_unit=("uid", k), unit_key=KEY, **options, **extra)
+            )
+            errors.append(None)
+        except DpCuratorError as err:
+            out.append(None)
+            errors.append(str(err))
+    if any(errors):
+        assert errors[0] == errors[1] and errors[0] is not None, errors
+        return None, None, errors[0]
+    duck, spk = out
+    assert dataclasses.asdict(spk.report) == dataclasses.asdict(duck.report)
+    return duck, spk, None
+
+
+@spark_test
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_spark_keeps_duckdbs_rows(spark, tmp_path, fmt):
+    df = frame(3000, 150, seed=8)
+    want = choose_rows(codes(df), 3, KEY)
+    splitting = spark.newSession()
+    splitting.conf.set("spark.sql.files.maxPartitionBytes", "4096")
+    splitting.conf.set("spark.sql.files.openCostInBytes", "0")
+    shuffled = df.sample(frac=1.0, random_state=9)
+    path = tmp_path / f"d.{fmt}"
+    if fmt == "csv":
+        shuffled.to_csv(path, index=False)
+    else:
+        pq.write_table(pa.Table.from_pandas(shuffled, preserve_index=False), path,
+                       row_group_size=100)  # fmt: skip
+    assert splitting.read.text(str(path)).rdd.getNumPartitions() > 3
+    duck, spk, _ = load_twins(splitting, df, 3, spark_data=path)
+    assert kept(duck) == spark_kept(spk) == want
+    assert spk.report.unit.units == df["uid"].nunique()
+    duck.close()
+    spk.close()
+
+
+@spark_test
+def test_spark_missing_and_float_ids_as_duckdb(spark, tmp_path):
+    df = frame(600, 40, seed=10)
+    df["uid"] = df["uid"].str[1:].astype(np.float64) + 2.0**40
+    df.loc[[3, 50, 51], "uid"] = np.nan
+    df.loc[[4, 60], "age"] = 300
+    _, _, refusal = load_twins(spark, df, 2)
+    assert (
+        refusal
+        == "DataFrame: attribute 'age': 2 rows have values outside the domain [0, 99] or missing (first: row 5, value '300'); fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+    )
+    _, _, refusal = load_twins(spark, df, 2, replace={"age": 0})
+    assert (
+        refusal == "DataFrame: privacy unit column 'uid': 3 rows have a missing id (first: row 4)"
+    )
+    duck, spk, _ = load_twins(spark, df, 2, on_invalid="drop")
+    valid = df[df["uid"].notna() & (df["age"] <= 99)].copy()
+    valid["uid"] = valid["uid"].astype(np.int64).astype(str)
+    assert kept(duck) == spark_kept(spk) == choose_rows(codes(valid), 2, KEY)
+    assert duck.report.unit.dropped_missing_id == 3
+    assert duck.report.dropped_invalid == 2
+    duck.close()
+    spk.close()
