@@ -64,6 +64,10 @@ class LedgerError(DpCuratorError):
     reason = "ledger_error"
 
 
+class LedgerMissing(LedgerError):
+    """No ledger is where one was to be opened without creating it."""
+
+
 class BudgetExceeded(DpCuratorError):
     """A query was refused because it would exceed the privacy budget.
 

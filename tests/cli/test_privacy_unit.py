@@ -119,13 +119,16 @@ def test_answer_json_has_the_unit_and_the_load_report(files, capsys) -> None:
     assert code == 0, err
     d = json.loads(out)
     assert d["privacy_unit"] == {"column": "tailnum", "max_rows": 2, "name": "person"}
-    assert d["load_report"]["data"] == {
+    report = d["load_report"]["data"]
+    unit = report.pop("unit")
+    assert report == {
         "rows_read": 9,
         "rows": 5,
         "dropped_invalid": 0,
         "dropped_privacy_unit": 4,
         "replaced": {},
     }
+    assert unit["column"] == "tailnum" and unit["k"] == 2 and unit["rows"] == 5
     assert d["data"].startswith("9 rows read, 5 used; 4 dropped")
     code, out, err = run(capsys, *answer(files, "--json"))
     assert code == 0 and json.loads(out)["privacy_unit"] is None

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dpcurator.errors import DpCuratorError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("account", "overlap", "answer", "demo", "serve", "analysts", "ledger")
+SUBCOMMANDS = ("account", "overlap", "answer", "demo", "serve", "analysts", "ledger", "units")
 
 
 class _Parser(argparse.ArgumentParser):

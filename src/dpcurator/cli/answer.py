@@ -328,6 +328,8 @@ def print_summary(d: dict[str, Any], stream) -> None:
         p(f"note:         {n}")
     if d.get("data"):
         p(f"data:         {d['data']}")
+    for line in d.get("units", []):
+        p(f"units:        {line.removeprefix('units: ')}")
     led = d.get("ledger")
     if led:
         c = led["currency"]
@@ -476,9 +478,13 @@ def run(args: argparse.Namespace) -> int:
     d["postprocess"] = steps
     if rel.note:
         d.setdefault("notes", []).append(rel.note)
-    loaded = load_report.lines(reports, unit)
+    loaded = [load_report.describe(r, unit) for r in reports.values() if r is not None]
     if loaded:
         d["data"] = "; ".join(loaded)
+        per_unit = [ln for r in reports.values() if r is not None
+                    for ln in load_report.describe_units(r, unit)]  # fmt: skip
+        if per_unit:
+            d["units"] = per_unit
         d["load_report"] = load_report.as_json(reports)
     if args.plot:
         d["plot"] = args.plot

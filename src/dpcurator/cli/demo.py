@@ -139,8 +139,10 @@ def run(args: argparse.Namespace) -> int:
         f"  data:      {DATA.relative_to(ROOT)} (3,257 rows; Becker & Kohavi 1996, UCI, CC BY 4.0)"
     )
     if unit is not None:
-        (loaded,) = load_report.lines(reports, unit)
+        loaded, *more = load_report.lines(reports, unit)
         print(f"  unit:      every cost is {unit.describe()}; {loaded}")
+        for text in more:
+            print(f"             {text}")
     print(f"  workload:  {WORKLOAD.relative_to(ROOT)}: {tables} marginal tables, {t:,} cells")
     print(f"  budget:    epsilon = {args.epsilon:g} (pure DP, discrete Laplace noise, OS CSPRNG)")
     print("  ledger:    in memory (a demo: nothing is kept; `dpcurator answer` needs --ledger)")

@@ -31,15 +31,36 @@ def describe(report: Any, unit: PrivacyUnit | None = None) -> str:
     return head + f"{report.rows:,} used" + ("; " + ", ".join(bits) if bits else "")
 
 
-def lines(reports: Mapping[str, Any], unit: PrivacyUnit | None = None) -> list[str]:
-    """Each table's line, named when there are several (a table without a report is
-    left out)."""
-    named = len(reports) > 1
-    return [
-        (f"{name}: " if named else "") + describe(r, unit)
-        for name, r in reports.items()
-        if r is not None
+def describe_units(report: Any, unit: PrivacyUnit | None = None) -> list[str]:
+    """The privacy unit's part of a report, to choose k: how many units, how many rows
+    each holds (before the cap), and how many rows each candidate k would keep."""
+    u = getattr(report, "unit", None)
+    if u is None:
+        return []
+    name = unit.name if unit is not None else "unit"
+    before = u.rows + u.dropped_by_cap
+    share = f" ({u.rows / before:.1%} of {before:,})" if before else ""
+    out = [
+        f"units: {u.units:,} ({u.column}); rows per {name}: p50 {u.p50:,}, p90 {u.p90:,}, "
+        f"p99 {u.p99:,}, max {u.max:,}; k = {u.k:,} keeps {u.rows:,} rows{share}"
+        + (f", {u.dropped_missing_id:,} rows without an id dropped" if u.dropped_missing_id else "")
     ]
+    if u.kept_by_k:
+        out.append("rows kept by k: " + ", ".join(f"{k:,}: {n:,}" for k, n in u.kept_by_k))
+    return out
+
+
+def lines(reports: Mapping[str, Any], unit: PrivacyUnit | None = None) -> list[str]:
+    """Each table's lines, named when there are several (a table without a report is
+    left out): what loading kept, then the unit's figures."""
+    named = len(reports) > 1
+    out = []
+    for name, r in reports.items():
+        if r is not None:
+            tag = f"{name}: " if named else ""
+            out.append(tag + describe(r, unit))
+            out.extend(tag + line for line in describe_units(r, unit))
+    return out
 
 
 def as_json(reports: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ costs (Dwork & Roth 2014, Lemma 2.6).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import math
@@ -52,7 +53,13 @@ from dpcurator.curator.statistics import STATISTICS, expanded_record
 from dpcurator.curator.timing import timed as _timed
 from dpcurator.curator.workload_requests import WorkloadRequests
 from dpcurator.deadlines import Deadline
-from dpcurator.errors import BudgetExceeded, InvalidParameter, QueryError, TooLarge
+from dpcurator.errors import (
+    BudgetExceeded,
+    InvalidParameter,
+    LedgerMissing,
+    QueryError,
+    TooLarge,
+)
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, noise_for_cost
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.queries import Query, Schema, Workload
@@ -230,12 +237,13 @@ class Curator(StatisticRequests, WorkloadRequests):
         group privacy of the per-row mechanism (Dwork & Roth 2014, Lemma 2.8; Bun &
         Steinke 2016, Prop. 1.9 for zCDP; Dong, Roth & Su 2022 for GDP). ``("tailnum", 50, "aircraft")`` or a
         :class:`~dpcurator.curator.privacy_unit.PrivacyUnit` also names the unit for
-        people to read ("per aircraft"; default "person"). ``unit_key``:
-        the 32 secret random bytes of that hash; the same key keeps the same rows in any
-        process, backend and file order, so pass the key kept with the ledger to keep
-        the same rows across restarts and replicas. None draws a fresh key from the
-        operating system's CSPRNG at this open (as random, but another open keeps other
-        rows). ``ledger``: an SQLite file, or
+        people to read ("per aircraft"; default "person"). The key of
+        that hash (32 secret bytes) is drawn from the operating system's CSPRNG when the
+        ledger is created and kept in it, sealed by its hash chain
+        (:mod:`dpcurator.curator.unit_key`): every later open, process and replica, on
+        either backend and whatever the file order, keeps the same rows. ``unit_key``:
+        the key a new ledger is created with instead (an existing ledger keeps its own,
+        and refuses another). ``ledger``: an SQLite file, or
         ``postgresql://user@host/dbname[?schema=NAME]`` for a ledger that curators on
         several hosts share (see :mod:`dpcurator.curator.stores`); ``ledger=None`` keeps
         the ledger in memory only. ``anchor``: the file outside the ledger's store where
@@ -316,8 +324,18 @@ class Curator(StatisticRequests, WorkloadRequests):
             "tables": {n: s.to_dict() for n, s in schemas.items()},
             "privacy_unit": list(unit.pair) if unit else None,  # the name changes no number
         }
-        if privacy_unit is not None and unit_key is None:
-            unit_key = secrets.token_bytes(KEY_BYTES)
+        def open_ledger(create: bool, key: bytes | None) -> Ledger:
+            return Ledger(
+                ledger, identity, create=create, anchor=anchor, verify_every=verify_every,
+                unit_key=key,
+            )  # fmt: skip
+
+        led, key = None, None
+        if unit is not None:  # the rows are chosen with the key the ledger keeps
+            if ledger is not None:
+                with contextlib.suppress(LedgerMissing):  # then made below, with the data
+                    led = open_ledger(False, unit_key)
+            key = led.unit_key if led is not None else unit_key or secrets.token_bytes(KEY_BYTES)
         backends = {}
         try:
             for name, (d, _) in tables.items():
@@ -325,14 +343,17 @@ class Curator(StatisticRequests, WorkloadRequests):
                     d,
                     schemas[name],
                     privacy_unit=unit.pair if unit else None,
-                    unit_key=unit_key,
+                    unit_key=key,
                     name=name,
                     **load_options,
                 )
-            led = Ledger(ledger, identity, anchor=anchor, verify_every=verify_every)
+            if led is None:  # created only once the data loaded (a bad file creates nothing)
+                led = open_ledger(True, key)
         except BaseException:
             for be in backends.values():
                 be.close()
+            if led is not None:
+                led.close()
             raise
         if limits is not None and not isinstance(limits, requests.RequestLimits):
             raise InvalidParameter("limits must be a RequestLimits")

@@ -44,6 +44,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dpcurator.curator import unit_key as unit_key_of
 from dpcurator.curator.credentials import (
     Credential,
     Principal,
@@ -277,6 +278,7 @@ class Ledger(Anchoring):
         create: bool = True,
         anchor: str | Path | bool | None = True,
         verify_every: float | None = None,
+        unit_key: bytes | None = None,
     ) -> None:
         anchor_path = anchor_file(path, anchor)  # bad arguments change nothing
         every = verify_interval(verify_every)
@@ -299,15 +301,17 @@ class Ledger(Anchoring):
         memory = path is None or str(path) == ":memory:"
         initial = None
         if memory:
-            initial = _initial_meta(want or "{}")
+            initial = _initial_meta(unit_key_of.sealed(want or "{}", unit_key))
         elif create and want is not None:
-            initial = _initial_meta(want)
+            initial = _initial_meta(unit_key_of.sealed(want, unit_key))
         self._store = open_store(path, initial)
         self.durable = self._store.durable
         self.path = self._store.location
         try:
             anchored = self._read_anchor(anchor_path)
             self._open(want)
+            if want is not None and json.loads(want).get("privacy_unit"):
+                unit_key_of.check_same(self.unit_key, unit_key, self.path)
             self._setup_anchor(anchored, curator=want is not None)
             self._start_verifying(every)
         except BaseException as err:
@@ -328,7 +332,7 @@ class Ledger(Anchoring):
         self._store.prepare()
         # A curator reads every charge right after opening: keep what was verified.
         self._opened = self._verify_all(keep=want is not None)
-        if want is not None and self._identity != want:
+        if want is not None and unit_key_of.public(self._identity) != json.loads(want):
             have = json.loads(self._identity)
             raise LedgerError(
                 f"ledger {self.path} belongs to another curator (budget {have.get('budget')}, "
@@ -688,8 +692,15 @@ class Ledger(Anchoring):
 
     @property
     def identity(self) -> dict[str, object]:
-        """The identity (budget and schemas) the ledger was created with."""
-        return json.loads(self._identity)
+        """The identity (budget and schemas) the ledger was created with (its unit key
+        left out: see :attr:`unit_key`)."""
+        return unit_key_of.public(self._identity)
+
+    @property
+    def unit_key(self) -> bytes:
+        """The key that chooses each privacy unit's rows, sealed in the identity
+        (:mod:`dpcurator.curator.unit_key`): the same rows for the ledger's life."""
+        return unit_key_of.key_of(self._identity, self._genesis, self.path)
 
     @property
     def head(self) -> tuple[int, str]:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from dpcurator.curator.stores import is_url
 from dpcurator.curator.stores.postgres_text import LedgerURL, read_url, reword, with_schema
 from dpcurator.curator.stores.rows import Dump, Rows
-from dpcurator.errors import LedgerError
+from dpcurator.errors import LedgerError, LedgerMissing
 
 T = TypeVar("T")
 
@@ -243,7 +243,7 @@ class PostgresStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
             ns = self._namespace()
             if ns is None and initial_meta is None:
-                raise LedgerError(
+                raise LedgerMissing(
                     f"ledger {self.location}: no ledger there (the database has no schema "
                     f"{self.schema})"
                 )

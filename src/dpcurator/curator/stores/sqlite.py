@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dpcurator.curator.stores.rows import Dump, Rows
-from dpcurator.errors import LedgerError
+from dpcurator.errors import LedgerError, LedgerMissing
 
 T = TypeVar("T")
 
@@ -94,7 +94,7 @@ class SQLiteStore:
             p = Path(self.location)
             if not p.exists():
                 if initial_meta is None:
-                    raise LedgerError(f"ledger {self.location}: no such file")
+                    raise LedgerMissing(f"ledger {self.location}: no such file")
                 _create(p, initial_meta)
             _probe(p)
             self._db = _connect(self.location)
