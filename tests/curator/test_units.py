@@ -236,3 +236,35 @@ def test_without_a_privacy_unit_units_is_refused(tmp_path):
             with pytest.raises(InvalidParameter, match=r"no privacy unit.*count"):
                 call()
         assert cur.history() == []
+
+
+@pytest.mark.parametrize(("budget", "cur"), [(PureDP(1.0), "epsilon"), (GDP(1.0), "mu")])
+def test_a_workload_units_line_is_charged_its_planned_cost(tmp_path, budget, cur):
+    df = small_table()
+    with open_units(df, tmp_path, budget) as cur_:
+        plan, answers = cur_.release_workload("a = 1\nunits(a = 1)\nmean(a, 0, 3, where=b = 'p')")
+        count, units, _ = answers
+        assert units.query == "units(a = 1)"
+        rows = cur_.ledger.charges_after(0)
+        assert [r.kind for r in rows] == ["workload", "units", "mean"]
+        assert rows[1].cost == cur_.budget.additive(Fraction(str(plan.values[1])))
+        # its noise: sensitivity 1 at a k-th of the planned cost. For epsilon that is a
+        # count's noise at that cost; for mu (additive in mu^2) a sqrt(k)-th of its sigma
+        ratio = plan.values[0] / plan.values[1]
+        if cur == "epsilon":
+            assert units.noise_parameter == pytest.approx(count.noise_parameter * ratio)
+        else:  # rounded down to a float mu whose square is below the k-th: a hair more
+            want = count.noise_parameter * ratio / 3**0.5
+            assert want * (1 - 1e-6) <= units.noise_parameter <= want * (1 + 1e-2)
+
+
+def test_a_workload_units_line_without_a_unit_or_with_a_bad_condition(tmp_path):
+    df = small_table()
+    with Curator.open(df, SCHEMA, budget=PureDP(1.0), ledger=tmp_path / "l.db") as cur:
+        with pytest.raises(InvalidParameter, match="no privacy unit"):
+            cur.release_workload("a = 1\nunits(a = 2)")
+        assert cur.history() == []
+    with open_units(df, tmp_path, PureDP(1.0)) as cur:
+        with pytest.raises(DpCuratorError, match="<workload>:2: .*unknown attribute"):
+            cur.release_workload("a = 1\nunits(colour = 2)")
+        assert cur.history() == []

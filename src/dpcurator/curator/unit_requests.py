@@ -19,6 +19,7 @@ answers it.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -89,6 +90,24 @@ class UnitRequests:
                 f"budget {self.budget.describe()}"
             )
         return PreparedUnits(t, q, units_text(q, condition is not None), cost, charged)
+
+    def _planned_units(self, spec: Any, value: object, table: str) -> PreparedUnits:
+        """A workload's ``units(...)`` line at its planned cost ``value``: charged that
+        cost on every point it covers, its noise calibrated to a k-th of it (in the
+        additive unit: for epsilon a count's noise at that cost), rounded down for mu
+        (the k-th of mu^2 has an irrational square root)."""
+        if self.privacy_unit is None:
+            raise InvalidParameter(NO_UNIT)
+        q = requests.canonical_query(spec.where, self._schema(table))  # type: ignore[attr-defined]
+        charged = self.budget.cost(**{self.budget.currency: value}).amount
+        share = charged / self._k
+        param = share
+        if self.budget.currency == "mu":
+            param = Fraction(math.sqrt(float(share)))
+            while param * param > share:
+                param = Fraction(math.nextafter(float(param), 0.0))
+        cost = Cost(param, self.budget.additive(param))
+        return PreparedUnits(table, q, units_text(q, spec.where is not None), cost, charged)
 
     @timed
     def units(
