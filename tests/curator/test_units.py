@@ -265,6 +265,6 @@ def test_a_workload_units_line_without_a_unit_or_with_a_bad_condition(tmp_path):
             cur.release_workload("a = 1\nunits(a = 2)")
         assert cur.history() == []
     with open_units(df, tmp_path, PureDP(1.0)) as cur:
-        with pytest.raises(DpCuratorError, match="<workload>:2: .*unknown attribute"):
+        with pytest.raises(DpCuratorError, match=r"<workload>:2: .*unknown attribute"):
             cur.release_workload("a = 1\nunits(colour = 2)")
         assert cur.history() == []
