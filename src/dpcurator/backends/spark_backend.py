@@ -222,7 +222,8 @@ class SparkBackend:
 
     @property
     def dataframe(self) -> DataFrame:
-        """The coded table (columns ``c0``, ``c1``, ...: codes of the attributes)."""
+        """The coded table (columns ``c0``, ``c1``, ...: codes of the attributes; with a
+        privacy unit also ``__unit``, the kept rows' ids, for :meth:`distinct_units`)."""
         if self._df is None:
             raise InvalidParameter("the backend is closed")
         return self._df
