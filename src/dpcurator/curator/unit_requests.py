@@ -3,8 +3,9 @@
 With a privacy unit of k rows, adding or removing one unit changes the number of
 distinct units a condition covers by at most 1, so the release is that number plus the
 noise of a per-row count at the request's cost c (discrete Laplace of scale 1/c,
-discrete Gaussian of sensitivity 1 for zCDP and GDP): one unit loses at most c
-(Dwork & Roth 2014, Thm 3.6; Canonne, Kamath & Steinke 2020, Thm 14).
+discrete Gaussian of sensitivity 1 for zCDP and GDP): one unit loses at most c (the
+geometric mechanism, Ghosh, Roughgarden & Sundararajan 2009; Canonne, Kamath & Steinke
+2020, Thm 4; the effective mu of docs/design.md §9).
 
 The per-point filter bounds a unit's loss by the mean, over its (at most k) kept rows,
 of the charges on their points (docs/design.md §7). A unit with m >= 1 kept rows in
