@@ -266,6 +266,20 @@ class Client:
         body = self._body(query=query, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return _answer(self._call("POST", "/v1/count", json=body))
 
+    def units(
+        self,
+        condition: str | None = None,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> Answer:
+        """The noisy number of privacy units with a kept row satisfying ``condition``
+        (see :meth:`dpcurator.Curator.units`); the answer's cost is what was charged."""
+        body = self._body(query=condition, epsilon=epsilon, rho=rho, mu=mu, table=table)
+        return _answer(self._call("POST", "/v1/units", json=body))
+
     def histogram(
         self,
         attribute: str,
@@ -493,6 +507,8 @@ class Client:
         return summary, answers
 
     def estimate(self, kind: str, **args: Any) -> Estimate:
+        if kind == "units" and "condition" in args:  # as Curator.estimate takes it
+            args["query"] = args.pop("condition")
         e = self._call("POST", "/v1/estimate", json=self._body(kind=kind, **args))
         return Estimate(
             kind=e["kind"],

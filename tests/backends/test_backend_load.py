@@ -354,7 +354,8 @@ def test_privacy_unit_keeps_k_rows_per_id_chosen_by_key(tmp_path):
         assert got == [5, 2, 3]
         assert b.report.dropped_privacy_unit == 2
         cols = [r[0] for r in b.connection.execute(f'DESCRIBE "{b.table}"').fetchall()]
-        assert cols == ["c0", "c1", "c2"]  # one code column per attribute; the id is gone
+        # one code column per attribute, and the kept rows' ids (for distinct units only)
+        assert cols == ["c0", "c1", "c2", "__unit"]
     with load_table(p, SCHEMA, privacy_unit=("user_id", 1), unit_key=key) as b:
         u2 = best("u2", [2, 5])[0]
         assert counts(b, ["total", f"age IN ({u1[0]}, {u2}, 6)"]) == [3, 3]

@@ -27,7 +27,7 @@ from dpcurator.backends.unit_rows import (
     row_text,
 )
 from dpcurator.errors import DataError, DpCuratorError, InvalidParameter
-from dpcurator.queries import Attribute, Schema
+from dpcurator.queries import Attribute, Schema, parse_query
 
 KEY = hashlib.sha256(b"dpcurator unit rows test key").digest()
 OTHER_KEY = hashlib.sha256(b"another key").digest()
@@ -64,7 +64,7 @@ def codes(df: pd.DataFrame) -> list[tuple[str, tuple[int, int]]]:
 
 
 def kept(backend: DuckDBBackend) -> list[tuple[int, ...]]:
-    rows = backend.connection.execute(f'SELECT * FROM "{backend.table}"').fetchall()
+    rows = backend.connection.execute(f'SELECT c0, c1 FROM "{backend.table}"').fetchall()
     return sorted(tuple(int(v) for v in r) for r in rows)
 
 
@@ -257,7 +257,7 @@ def test_the_unit_key_is_required_checked_and_never_shown(tmp_path):
 
 
 def spark_kept(backend) -> list[tuple[int, ...]]:
-    return sorted(tuple(int(v) for v in r) for r in backend.dataframe.collect())
+    return sorted(tuple(int(v) for v in r) for r in backend.dataframe.drop("__unit").collect())
 
 
 def spark_test(test):
@@ -338,3 +338,43 @@ def test_spark_missing_and_float_ids_as_duckdb(spark, tmp_path):
     assert duck.report.dropped_invalid == 2
     duck.close()
     spk.close()
+
+
+# --------------------------------------------------------------------- distinct units
+
+
+def kept_ids(df: pd.DataFrame, k: int, where) -> int:
+    """Reference: units with a kept row (their k rows of smallest keyed hash) in ``where``."""
+    units: dict[str, list[tuple[int, int]]] = {}
+    for uid, c in codes(df):
+        units.setdefault(uid, []).append(c)
+    n = 0
+    for uid, mine in units.items():
+        ranked = sorted(mine, key=lambda c, uid=uid: row_hash(KEY, c, uid))[:k]
+        n += any(where(c) for c in ranked)
+    return n
+
+
+def test_distinct_units_counts_the_units_of_the_kept_rows():
+    df = frame(400, 60, seed=4)
+    with load(df, 3) as b:
+        young = parse_query("age < 15", SCHEMA)
+        assert b.distinct_units(young) == kept_ids(df, 3, lambda c: c[0] < 15)
+        assert b.distinct_units(None) == kept_ids(df, 3, lambda c: True)
+        none = parse_query("age < 0", SCHEMA)
+        assert b.distinct_units(none) == 0
+        either = parse_query("age < 10 OR sex = 'M'", SCHEMA)  # a union of boxes
+        assert b.distinct_units(either) == kept_ids(df, 3, lambda c: c[0] < 10 or c[1] == 1)
+    with DuckDBBackend.load(df, SCHEMA) as b, pytest.raises(InvalidParameter, match="no units"):
+        b.distinct_units(None)
+
+
+@spark_test
+def test_spark_counts_the_same_distinct_units(spark, tmp_path):
+    df = frame(200, 30, seed=6)
+    duck, spk, _ = load_twins(spark, df, 2)
+    with duck, spk:
+        for text in ("age < 10", "sex = 'F' OR age > 25", "age > 90"):
+            q = parse_query(text, SCHEMA)
+            assert spk.distinct_units(q) == duck.distinct_units(q)
+        assert spk.distinct_units(None) == duck.distinct_units(None) == df.uid.nunique()

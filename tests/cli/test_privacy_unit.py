@@ -286,3 +286,30 @@ def test_serve_accepts_each_config_form(files, capsys, busy, config) -> None:
     code, _, err = run(capsys, *serve(files, busy, config, "--privacy-unit", "tailnum:3"))
     assert code == 2
     one_error_line(err, "serve", "belongs to another curator")
+
+
+def test_answer_writes_a_row_for_a_units_line(files, capsys) -> None:
+    files["workload"].write_text("carrier = 'AA'\nunits(carrier = 'AA')\nunits()\n")
+    code, _, err = run(capsys, *answer(files, "--privacy-unit", "tailnum:5", "--epsilon", 1e7))
+    assert code == 0, err
+    with open(files["dir"] / "a.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["query"] for r in rows] == ["carrier = 'AA'", "units(carrier = 'AA')", "units()"]
+    # at this cost the noise is nil: N1 and N3 fly AA; three aircraft in all
+    assert [round(float(r["answer"])) for r in rows] == [6, 2, 3]
+    count, units = rows[0], rows[1]
+    # a units() line is charged its planned cost, its noise a k-th of it: a count's noise
+    assert float(units["noise_parameter"]) == pytest.approx(float(count["noise_parameter"]))
+    assert units["line"] == "2" and units["noise"] == "discrete_laplace"
+    assert charges(files["ledger"]) == 3
+    with sqlite3.connect(files["ledger"]) as con:
+        kinds = [k for (k,) in con.execute("select kind from charges order by id")]
+    assert kinds == ["workload", "units", "units"]
+
+
+def test_a_units_line_without_a_unit_is_refused(files, capsys) -> None:
+    files["workload"].write_text("units(carrier = 'AA')\n")
+    code, _, err = run(capsys, *answer(files))
+    assert code != 0
+    one_error_line(err, "answer", "no privacy unit")
+    assert charges(files["ledger"]) == 0

@@ -35,6 +35,7 @@ from dpcurator.backends._validation import (
     summed_rows,
 )
 from dpcurator.backends.duckdb_load import Loader, code_column
+from dpcurator.backends.unit_rows import UNIT_COLUMN
 from dpcurator.errors import (
     DpCuratorError,
     InvalidParameter,
@@ -138,8 +139,8 @@ class DuckDBBackend:
         decided by a keyed hash of each row's content: the same rows for the same key
         whatever the file order, in any process and in the Spark backend (see
         :mod:`dpcurator.backends.unit_rows`). Rows with a missing id are refused, or
-        dropped under ``on_invalid="drop"``. The id column is then dropped;
-        ``report.unit`` describes the units.
+        dropped under ``on_invalid="drop"``. The kept rows' ids stay in the table only
+        for :meth:`distinct_units`; ``report.unit`` describes the units.
         """
         opts = check_load_options(
             schema,
@@ -416,6 +417,19 @@ class DuckDBBackend:
             conds.append(f"({text})")
             params.extend(ps)
         return (" OR ".join(conds), params) if conds else None
+
+    def distinct_units(self, where: Query | None = None) -> int:
+        """The exact number of distinct privacy-unit ids among the (kept) rows satisfying
+        ``where`` (all rows if None): one ``count(DISTINCT ...)``. Refused for a table
+        loaded without a privacy unit. Thread-safe, like :meth:`counts`."""
+        if self.report.unit is None:
+            raise InvalidParameter("this table was loaded without a privacy unit: no units")
+        cond = self._cover(where)
+        if cond is None:
+            return 0
+        sql = f"SELECT count(DISTINCT {UNIT_COLUMN}) FROM {ident(self.table)} WHERE {cond[0]}"
+        with self._reader() as con:
+            return int(con.execute(sql, cond[1]).fetchall()[0][0])
 
     def clipped_moments(
         self,

@@ -35,7 +35,13 @@ from dpcurator.backends._validation import (
     no_column_message,
     no_unit_column_message,
 )
-from dpcurator.backends.unit_rows import FLOAT_INTEGERS, SEPARATOR, UnitReport, key_text
+from dpcurator.backends.unit_rows import (
+    FLOAT_INTEGERS,
+    SEPARATOR,
+    UNIT_COLUMN,
+    UnitReport,
+    key_text,
+)
 from dpcurator.errors import (
     DataError,
     InvalidParameter,
@@ -516,9 +522,10 @@ class Loader:
             f"THEN sha256(concat_ws('{SEPARATOR}', {text})) END) AS __rank FROM ({sized})"
         )
         k = privacy_unit[1]
+        # The unit's id is kept as ``__unit`` (never returned: only its distinct count).
         self._sql(
-            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(codes)} FROM ({ranked}) "
-            "WHERE __rank <= ?",
+            f"CREATE TABLE {ident(name)} AS SELECT {', '.join(codes)}, __id AS {UNIT_COLUMN} "
+            f"FROM ({ranked}) WHERE __rank <= ?",
             [k, key_text(unit_key), *params, k],
         )
         rows = self._sql(f"SELECT count(*) FROM {ident(name)}").fetchall()[0]

@@ -48,6 +48,7 @@ from dpcurator.backends.spark_load import (
     code_column,
     release,
 )
+from dpcurator.backends.unit_rows import UNIT_COLUMN
 from dpcurator.errors import InvalidParameter
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.predicates import IntervalSet, Query
@@ -221,7 +222,8 @@ class SparkBackend:
 
     @property
     def dataframe(self) -> DataFrame:
-        """The coded table (columns ``c0``, ``c1``, ...: codes of the attributes)."""
+        """The coded table (columns ``c0``, ``c1``, ...: codes of the attributes; with a
+        privacy unit also ``__unit``, the kept rows' ids, for :meth:`distinct_units`)."""
         if self._df is None:
             raise InvalidParameter("the backend is closed")
         return self._df
@@ -503,6 +505,18 @@ class SparkBackend:
         if not all(boxes):  # a box without predicates is every row
             return df
         return df.where(functools.reduce(operator.or_, (self._box(b) for b in boxes)))
+
+    def distinct_units(self, where: Query | None = None) -> int:
+        """The exact number of distinct privacy-unit ids among the (kept) rows satisfying
+        ``where`` (all rows if None): one ``countDistinct``. Refused for a table loaded
+        without a privacy unit. Thread-safe."""
+        if self.report.unit is None:
+            raise InvalidParameter("this table was loaded without a privacy unit: no units")
+        with self._reader() as df:
+            rows = self._covered(df, where)
+            if rows is None:
+                return 0
+            return int(rows.agg(F.countDistinct(F.col(UNIT_COLUMN))).collect()[0][0])
 
     def clipped_moments(
         self,

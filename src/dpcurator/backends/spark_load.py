@@ -35,7 +35,13 @@ from dpcurator.backends._validation import (
     no_column_message,
     no_unit_column_message,
 )
-from dpcurator.backends.unit_rows import FLOAT_INTEGERS, SEPARATOR, UnitReport, key_text
+from dpcurator.backends.unit_rows import (
+    FLOAT_INTEGERS,
+    SEPARATOR,
+    UNIT_COLUMN,
+    UnitReport,
+    key_text,
+)
 from dpcurator.errors import DataError, InvalidParameter
 
 try:
@@ -687,7 +693,11 @@ class Loader:
             .withColumn("__rank", F.row_number().over(ordered))
             .withColumn("__n", F.count(F.lit(1)).over(whole))
             .where(rank <= F.lit(unit[1]))
-            .select(*names, F.when(rank == 1, F.col("__n")).alias("__n"))
+            .select(
+                *names,
+                F.col("__id").alias(UNIT_COLUMN),
+                F.when(rank == 1, F.col("__n")).alias("__n"),
+            )
         )
         pre = self._persist(self._spread(ranked, rows_read), keep=True)
         sizes = self._run(
@@ -696,7 +706,7 @@ class Loader:
         report = UnitReport.from_sizes(
             unit[0], unit[1], {int(r[0]): int(r[1]) for r in sizes}, missing_ids
         )
-        return pre.select(*names), report
+        return pre.select(*names, UNIT_COLUMN), report
 
     def _raw(self, stage: DataFrame, key: Any, shown: str) -> Any:
         """The raw text of the row with order key ``key`` (the stage's column ``shown``),

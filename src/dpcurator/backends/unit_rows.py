@@ -51,6 +51,9 @@ KEY_BYTES = 32
 SEPARATOR = "|"
 #: Largest float below which every integer is exact (float ids up to it are integers).
 FLOAT_INTEGERS = 2.0**53
+#: Column of a backend's stored table holding each kept row's unit id (only with a
+#: privacy unit): read only as the number of distinct ids among the rows a query covers.
+UNIT_COLUMN = "__unit"
 #: Percentiles of rows per unit in the report.
 PERCENTILES = (50, 90, 99)
 

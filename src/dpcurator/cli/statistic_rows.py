@@ -36,7 +36,7 @@ def check_statistics(
             "statistic lines (mean, quantile, ...): leave it out"
         )
     if fmt == "parquet" and any(
-        s is not None and schema.attribute(s.attribute).type == "categorical"
+        s is not None and s.kind != "units" and schema.attribute(s.attribute).type == "categorical"
         for s in workload.statistics
     ):
         raise InvalidParameter(
@@ -67,6 +67,27 @@ def mixed_rows(
             rows.append({**next(count_rows), **dict.fromkeys(EXTRA)})
             continue
         a = answers[i]
+        if spec.kind == "units":  # one noisy number, like a count's
+            rows.append(
+                {
+                    "query": a.query,
+                    "line": q.line,
+                    "answer": a.value,
+                    "interval_low": a.interval[0],
+                    "interval_high": a.interval[1],
+                    "confidence": 0.95,
+                    "interval": "rigorous: exact noise",
+                    "noisy_answer": a.value,
+                    "noisy_half_width": a.half_width,
+                    "cost": plan.values[i],
+                    "currency": a.currency,
+                    "noise": a.noise,
+                    "noise_parameter": a.noise_parameter,
+                    "expected_abs_noise": None,
+                    **dict.fromkeys(EXTRA),
+                }
+            )
+            continue
         for r in a.results:
             low, high = r.interval if r.interval is not None else (None, None)
             rows.append(

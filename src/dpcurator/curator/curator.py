@@ -51,6 +51,7 @@ from dpcurator.curator.solver_pool import SolverPool
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
 from dpcurator.curator.statistics import STATISTICS, expanded_record
 from dpcurator.curator.timing import timed as _timed
+from dpcurator.curator.unit_requests import SessionUnits, UnitRequests
 from dpcurator.curator.workload_requests import WorkloadRequests
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import (
@@ -170,9 +171,9 @@ _COUNTING_KINDS = ("count", "histogram", "marginal", "sum")
 QUICK_GRIDS = 32
 
 
-class Curator(StatisticRequests, WorkloadRequests):
-    """Answers counts, histograms, marginals, sums, means, variances, standard deviations
-    and quantiles under one overlap-aware budget."""
+class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
+    """Answers counts, histograms, marginals, sums, means, variances, standard deviations,
+    quantiles and (with a privacy unit) distinct units under one overlap-aware budget."""
 
     def __init__(
         self,
@@ -798,14 +799,16 @@ class Curator(StatisticRequests, WorkloadRequests):
         be admitted now; charges nothing and reads no data.
 
         ``kind`` is ``count``, ``histogram``, ``marginal``, ``sum``, ``mean``,
-        ``variance``, ``stdev``, ``quantile``, ``quantiles`` or ``median``; ``args`` are
+        ``variance``, ``stdev``, ``quantile``, ``quantiles``, ``median`` or ``units``; ``args`` are
         that method's keyword arguments (``estimate("count", query="age < 30",
         epsilon=0.1)``).
         """
         if kind in STATISTICS:
             return self._estimate_statistic(kind, args, _analyst)
+        if kind == "units":
+            return self._estimate_units(args, _analyst)
         if kind not in _COUNTING_KINDS:
-            kinds = ", ".join((*_COUNTING_KINDS, *STATISTICS))
+            kinds = ", ".join((*_COUNTING_KINDS, *STATISTICS, "units"))
             raise InvalidParameter(f"kind must be one of {kinds}, got {kind!r}")
         p = self._prepare(kind, args)
         self._quota(_analyst)
@@ -1084,7 +1087,7 @@ class Curator(StatisticRequests, WorkloadRequests):
             self._ledger.set_quota(name, q)
 
 
-class AnalystSession(SessionStatistics):
+class AnalystSession(SessionStatistics, SessionUnits):
     """The curator seen by one analyst: same requests, charged to the analyst's quota too."""
 
     def __init__(self, curator: Curator, name: str) -> None:

@@ -232,8 +232,14 @@ class StatisticRequests(StatisticCore):
         batch: list[Request] = []
         counted: list[tuple[int, Query | BooleanQuery, Any, int]] = []
         stats: list[tuple[int, PreparedStatistic]] = []
+        units: dict[int, tuple[Any, Any, int]] = {}  # units(...) lines: prepared, noise, half
         for i, (q, spec, value) in enumerate(zip(plan.queries, specs, plan.values, strict=True)):
-            if spec is None:  # every noise and limit before the charge
+            if spec is not None and spec.kind == "units":
+                u = self._planned_units(spec, value, table)  # type: ignore[attr-defined]
+                noise, half = self._noise(u.cost, 1)  # type: ignore[attr-defined]
+                units[i] = (u, noise, half)
+                batch.append(Request(u.covered, u.charged, "units", u.request, str(noise)))
+            elif spec is None:  # every noise and limit before the charge
                 cost = self.budget.cost(**{cur: value})
                 noise, half = self._noise(cost, self._k)  # type: ignore[attr-defined]
                 cq = requests.canonical_query(q, schema)
@@ -253,6 +259,10 @@ class StatisticRequests(StatisticCore):
             for (i, cq, noise, _), t in zip(counted, truth, strict=True):
                 values[i] = int(t) + int(noise.sample(rng=self._rng))
                 records[i] = {cq.text or "total": values[i]}
+            for i, (u, noise, _) in units.items():
+                truth = int(be.distinct_units(u.covered))
+                values[i] = truth + int(noise.sample(rng=self._rng))
+                records[i] = {u.request: values[i]}
             for i, p in stats:
                 results = self._measure(p)
                 values[i] = results
@@ -266,12 +276,13 @@ class StatisticRequests(StatisticCore):
         prepared = dict(stats)
         for i, (charge_id, _) in enumerate(charged):
             cost = self.budget.display(batch[i].cost)
-            if i in counts:
-                cq, noise, half = counts[i]
+            if i in counts or i in units:
+                cq, noise, half = counts[i] if i in counts else units[i]
+                text = cq.request if i in units else (cq.text or "total")
                 laplace = isinstance(noise, DiscreteLaplaceNoise)
                 out.append(
                     Answer(
-                        cq.text or "total",
+                        text,
                         values[i],  # type: ignore[arg-type]
                         "discrete_laplace" if laplace else "discrete_gaussian",
                         float(noise.scale if laplace else noise.sigma),

@@ -1,5 +1,5 @@
 """Statistics in a workload: ``mean(...)``, ``variance(...)``, ``stdev(...)``,
-``quantile(...)``, ``quantiles(...)`` and ``median(...)`` lines. Pure: text in, a checked
+``quantile(...)``, ``quantiles(...)``, ``median(...)`` and ``units(...)`` lines. Pure: text in, a checked
 description and the points it reads out.
 
 Forms (keyword arguments in any order, after the positional ones)::
@@ -8,11 +8,17 @@ Forms (keyword arguments in any order, after the positional ones)::
     quantile(age, 0.9, by=sex)
     quantiles(hours-per-week, [0.25, 0.5, 0.75], by=[sex, race])
     median(age, where=sex = 'F', candidates=[20, 30, 40, 50, 60])
+    units(origin = 'EWR')                           # distinct privacy units
+
 
 A statistic line is one measurement: it reads the rows its ``where`` covers (without the
 rows whose attribute is missing), and those are the points it is charged on, whatever
 its groups (they are disjoint: parallel composition, Smith et al. 2022, Thm 5). The
 planner gives it a cost as it would a count of that coverage with the line's weight.
+A ``units(<condition>)`` line (the number of privacy units with a kept row satisfying
+the condition) is charged its planned cost on those points, and its noise, of
+sensitivity 1, is calibrated to a k-th of it (for epsilon, the noise of a count of the
+same cost; for rho and mu, additive in rho and mu^2, a sqrt(k)-th of a count's sigma).
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ __all__ = [
 
 #: A statistic line: its kind and what is between its parentheses.
 STATISTIC_LINE = re.compile(
-    r"^(mean|variance|stdev|quantiles|quantile|median)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL
+    r"^(mean|variance|stdev|quantiles|quantile|median|units)\s*\((.*)\)\s*$",
+    re.IGNORECASE | re.DOTALL,
 )
 #: A quantile q is read as its decimal, with at most six decimal places.
 MAX_Q_DENOMINATOR = 10**6
@@ -82,6 +89,8 @@ class StatisticSpec:
 
     def args(self) -> dict[str, object]:
         """The keyword arguments of the curator's method of that name (no cost)."""
+        if self.kind == "units":  # Curator.units(condition)
+            return {"condition": self.where}
         d: dict[str, object] = {"attribute": self.attribute}
         if self.kind in ("mean", "variance", "stdev"):
             d["lower"], d["upper"] = self.lower, self.upper
@@ -101,6 +110,8 @@ class StatisticSpec:
         """The cells this line asks for, from the public schema alone: one per group of
         ``by``, times candidates x quantiles for a quantile (the scores its selections
         compute). What a request's total is counted in, before anything is built."""
+        if self.kind == "units":  # one number
+            return 1
         by = [self.by] if isinstance(self.by, str) else self.by
         if not isinstance(by, tuple | list):
             raise QueryError(f"by must be a list of attribute names, got {by!r}")
@@ -218,6 +229,11 @@ def parse_statistic(
     from dpcurator.queries.parser import parse_query
 
     kind = kind.lower()
+    if kind == "units":  # units(<condition>): the whole inside is the condition
+        where = inner.strip() or None
+        base = parse_query(where, schema) if where is not None else Query(schema, ())
+        unit_spec = StatisticSpec("units", "", where=where)
+        return unit_spec, _at_line(_with_text(base, text), line)
     parts = split_arguments(inner)
     positional: list[str] = []
     keywords: dict[str, str] = {}
@@ -286,6 +302,12 @@ def parse_statistic(
     spec = StatisticSpec(kind, name, lower, upper, qs, by, candidates, where)
     covered = statistic_coverage(schema, name, base, text)
     return spec, (covered if covered.line == line else _at_line(covered, line))
+
+
+def _with_text(q: Query | BooleanQuery, text: str) -> Query | BooleanQuery:
+    if isinstance(q, BooleanQuery):
+        return BooleanQuery.from_boxes(q.schema, q.boxes, text=text, line=q.line)
+    return Query(q.schema, q.predicates, text, q.line)
 
 
 def _at_line(q: Query | BooleanQuery, line: int | None) -> Query | BooleanQuery:

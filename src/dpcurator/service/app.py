@@ -271,6 +271,10 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def count(body: m.CountRequest, who: Caller) -> m.AnswerOut:
         return _answer(session(who).count(**body.args()))
 
+    @app.post("/v1/units", response_model=m.AnswerOut, tags=["queries"])
+    def units(body: m.UnitsRequest, who: Caller) -> m.AnswerOut:
+        return _answer(session(who).units(**body.args()))
+
     @app.post("/v1/histogram", response_model=m.TableAnswerOut, tags=["queries"])
     def histogram(body: m.HistogramRequest, who: Caller) -> m.TableAnswerOut:
         return _table(session(who).histogram(**body.args()))

@@ -39,6 +39,16 @@ class CountRequest(_Cost):
         return {"query": self.query, **self.cost_args()}
 
 
+class UnitsRequest(_Cost):
+    query: str | None = Field(
+        default=None,
+        description="a predicate, e.g. \"origin = 'EWR'\"; none: every unit with a kept row",
+    )
+
+    def args(self) -> dict[str, object]:
+        return {"condition": self.query, **self.cost_args()}
+
+
 class HistogramRequest(_Cost):
     attribute: str
     bins: list[int] | None = Field(default=None, description="half-open integer bin edges")
@@ -150,6 +160,7 @@ class EstimateRequest(_Cost):
         "quantile",
         "quantiles",
         "median",
+        "units",
     ]
     query: str | None = None
     attribute: str | None = None
@@ -165,7 +176,10 @@ class EstimateRequest(_Cost):
 
     def args(self) -> dict[str, object]:
         given = self.model_dump(exclude={"kind"}, exclude_none=True)
-        return {k: v for k, v in given.items() if k in _FIELDS[self.kind]}
+        args = {k: v for k, v in given.items() if k in _FIELDS[self.kind]}
+        if self.kind == "units" and "query" in args:  # Curator.units(condition, ...)
+            args["condition"] = args.pop("query")
+        return args
 
     def stray(self) -> list[str]:
         given = self.model_dump(exclude={"kind"}, exclude_none=True)
@@ -184,6 +198,7 @@ _FIELDS = {
     "quantile": {"attribute", "q", "where", "by", "candidates"} | _COST_FIELDS,
     "quantiles": {"attribute", "qs", "where", "by", "candidates"} | _COST_FIELDS,
     "median": {"attribute", "where", "by", "candidates"} | _COST_FIELDS,
+    "units": {"query"} | _COST_FIELDS,
 }
 
 
