@@ -127,3 +127,24 @@ def test_split_arguments():
     for bad in ("a)", "(a", "'a"):
         with pytest.raises(QueryError):
             split_arguments(bad)
+
+
+def test_histograms_and_marginals_take_where():
+    w = parse_workload_text(
+        "histogram(sex, where=age < 30)\n"
+        "histogram(age, bins=[17, 40, 91], where=sex = 'Female' OR age > 80)\n"
+        "marginal(sex, race, where=age >= 30) @ 2",
+        SCHEMA,
+    )
+    assert w.queries[0].text == "sex = 'Female' AND (age < 30)" and w.queries[0].line == 1
+    assert w.queries[0] == parse_query("sex = 'Female' AND age < 30", SCHEMA)
+    assert w.queries[3] == parse_query("age >= 40 AND (sex = 'Female' OR age > 80)", SCHEMA)
+    assert len(w.queries) == 2 + 2 + 2 * len(SCHEMA.attribute("race").values)
+    assert all(q.line == 3 and w.weights[i] == 2.0 for i, q in enumerate(w.queries) if i >= 4)
+    for line, message in [
+        ("histogram(sex, where=)", "needs a condition"),
+        ("histogram(sex, where=age < 3, bins=[1, 2])", "last argument"),
+        ("marginal(sex, where=age <)", "syntax error"),
+    ]:
+        with pytest.raises(WorkloadError, match=message):
+            parse_workload_text(line, SCHEMA)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dpcurator.errors import QueryError, TooLarge, WorkloadError
 from dpcurator.queries import boxes as bx
-from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.boolean import make as make_query
 from dpcurator.queries.histogram import cell_count, histogram_cells
 from dpcurator.queries.predicates import (
@@ -35,7 +35,12 @@ from dpcurator.queries.predicates import (
     render_name,
 )
 from dpcurator.queries.schema import Attribute, Schema
-from dpcurator.queries.statistics import STATISTIC_LINE, StatisticSpec, parse_statistic
+from dpcurator.queries.statistics import (
+    STATISTIC_LINE,
+    StatisticSpec,
+    parse_statistic,
+    split_arguments,
+)
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000
@@ -471,6 +476,7 @@ def _outside_quotes(text: str, char: str) -> list[int]:
 
 _MACRO = re.compile(r"^(histogram|marginal)\s*\((.*)\)\s*$", re.IGNORECASE | re.DOTALL)
 _BINS = re.compile(r"^bins\s*=\s*\[(.*)\]$", re.IGNORECASE | re.DOTALL)
+_WHERE = re.compile(r"^where\s*=(?!=)(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def _expand(
@@ -484,7 +490,38 @@ def _expand(
     if m is None:
         return [parse_query(body, schema, line=line, _offset=offset)]
     kind = m.group(1).lower()
-    inner = m.group(2).strip()
+    inner, where = _macro_where(m.group(2).strip(), kind)
+    cells = _macro_cells(kind, inner, schema, line, room)
+    if where is None:
+        return cells
+    # every cell restricted to the rows where= covers: still disjoint, so the macro is
+    # still charged once on the points it covers (Smith et al. 2022, Thm 5)
+    wq = parse_query(where, schema, line=line)
+    return [
+        intersection(q, wq, text=wq.text if q.text == "total" else f"{q.text} AND ({wq.text})")
+        for q in cells
+    ]
+
+
+def _macro_where(inner: str, kind: str) -> tuple[str, str | None]:
+    """A macro's arguments without its ``where=`` (its last argument, if any), and the
+    condition."""
+    parts = split_arguments(inner)
+    keyed = [i for i, part in enumerate(parts) if _WHERE.match(part)]
+    if not keyed:
+        return inner, None
+    if keyed != [len(parts) - 1]:
+        raise QueryError(f"{kind}: where= must be given once, as the last argument")
+    where = _WHERE.match(parts[-1]).group(1).strip()  # type: ignore[union-attr]
+    if not where:
+        raise QueryError("where= needs a condition")
+    return ", ".join(parts[:-1]), where
+
+
+def _macro_cells(
+    kind: str, inner: str, schema: Schema, line: int, room: int
+) -> list[Query | BooleanQuery]:
+    """The cells of ``histogram(...)`` or ``marginal(...)`` (without ``where=``)."""
     if kind == "histogram":
         bins_text = None
         bm = re.match(r"^([^,]+?)\s*(?:,\s*(.*))?$", inner, re.DOTALL)
@@ -494,7 +531,10 @@ def _expand(
         if bm.group(2) is not None:
             bb = _BINS.match(bm.group(2).strip())
             if bb is None:
-                raise QueryError("histogram takes histogram(attr) or histogram(attr, bins=[...])")
+                raise QueryError(
+                    "histogram takes histogram(attr) or histogram(attr, bins=[...]), "
+                    "optionally ending in where=..."
+                )
             bins_text = bb.group(1)
         if name not in schema:
             raise QueryError(f"unknown attribute {name!r}")
@@ -521,7 +561,7 @@ def _expand(
         return out
     names = [n.strip().strip('"') for n in inner.split(",")]
     if not names or any(not n for n in names):
-        raise QueryError("marginal needs attributes: marginal(a1, a2, ...)")
+        raise QueryError("marginal needs attributes: marginal(a1, a2, ...[, where=...])")
     for n in names:
         if n not in schema:
             raise QueryError(f"unknown attribute {n!r}")
