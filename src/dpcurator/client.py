@@ -132,6 +132,7 @@ def _statistic(d: dict[str, Any]) -> StatisticAnswer:
                 r.get("rank_error"),
                 r.get("std_error"),
                 r.get("count"),
+                bool(r.get("small_group", False)),
             )
         )
     return StatisticAnswer(

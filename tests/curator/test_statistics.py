@@ -247,7 +247,17 @@ def test_empty_groups_answer_too(table):
     with exact(table) as c:
         m = c.mean("age", 17, 90, "age > 95 OR FALSE", by="sex", epsilon=1e6)
         assert [r.count for r in m.results] == [0, 0]
-        assert all(17 <= r.value <= 90 and r.interval == (17.0, 90.0) for r in m.results)
+        # small groups say so: no value (never a clip bound), the whole range as interval
+        assert all(r.small_group and r.value is None for r in m.results)
+        assert all(r.interval == (17.0, 90.0) and r.std_error is None for r in m.results)
+        v = c.variance("age", 17, 90, "FALSE", by="sex", epsilon=1e6)
+        assert all(r.small_group and r.interval == (0.0, 73**2 / 4) for r in v.results)
+        sd = c.stdev("age", 17, 90, "FALSE", epsilon=1e6)
+        assert sd.results[0].small_group and sd.results[0].interval == (0.0, 36.5)
+        full = c.mean("age", 17, 90, by="sex", epsilon=1e6)
+        assert not any(r.small_group or r.value is None for r in full.results)
+        recorded = c.history()[0].answer["results"]  # the ledger says so too
+        assert [(r["value"], r["small_group"]) for r in recorded] == [(None, True)] * 2
         q = c.median("age", "FALSE", epsilon=1e6)
         assert 17 <= q.value <= 90
 

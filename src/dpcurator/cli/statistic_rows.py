@@ -2,7 +2,9 @@
 
 Counts keep their rows (:func:`dpcurator.cli.release.rows_of`, with their post-processing
 and intervals); a statistic line gives one row per result (group and quantile), with the
-same columns plus ``group``, ``q``, ``std_error`` and ``rank_error``: the value, its
+same columns plus ``group``, ``q``, ``std_error``, ``rank_error`` and ``small_group``
+(true where a group's noisy count is too small to carry information: no value, the
+interval the statistic's whole range): the value, its
 rigorous 95% interval (means, variances, standard deviations) or its 95% rank-error
 bound (quantiles), and its cost and mechanism.
 """
@@ -16,7 +18,7 @@ from typing import Any
 from dpcurator.cli.release import Released, release_intervals, rows_of
 from dpcurator.errors import InvalidParameter
 
-EXTRA = ("group", "q", "std_error", "rank_error")
+EXTRA = ("group", "q", "std_error", "rank_error", "small_group")
 
 
 def check_statistics(
@@ -112,6 +114,7 @@ def mixed_rows(
                     "q": r.q,
                     "std_error": r.std_error,
                     "rank_error": r.rank_error,
+                    "small_group": r.small_group if r.interval is not None else None,
                 }
             )
     return rows, rel

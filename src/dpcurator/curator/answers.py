@@ -113,16 +113,20 @@ class Statistic:
     of the q-th quantile's (beyond the best candidate's, 0 when every domain value is a
     candidate): rigorous too. ``std_error`` is the first-order (delta-method) standard
     error at the released values: an approximation. ``count`` is the group's noisy row
-    count (released with the mean or variance, free to use).
+    count (released with the mean or variance, free to use). ``small_group``: the
+    group's noisy count is too small to carry information (its interval is the
+    statistic's whole range, :meth:`~dpcurator.mechanisms.moments.MomentsMechanism.informative`):
+    ``value`` and ``std_error`` are then None, never a clip bound shown as an estimate.
     """
 
     group: str
-    value: float | int | str
+    value: float | int | str | None
     q: float | None = None
     interval: tuple[float, float] | None = None
     rank_error: int | None = None
     std_error: float | None = None
     count: int | None = None
+    small_group: bool = False
 
 
 @dataclass(frozen=True)

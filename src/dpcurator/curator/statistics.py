@@ -360,7 +360,14 @@ class StatisticCore:
                 value, interval, se = p.moments.estimate(
                     noisy[0], noisy[1], noisy[2] if len(noisy) > 2 else None, alpha
                 )
-                out.append(Statistic(label, value, interval=interval, std_error=se, count=noisy[0]))
+                if p.moments.informative(interval):
+                    out.append(
+                        Statistic(label, value, interval=interval, std_error=se, count=noisy[0])
+                    )
+                else:  # a small group: no estimate, only the whole range
+                    out.append(
+                        Statistic(label, None, interval=interval, count=noisy[0], small_group=True)
+                    )
             return out
         counts = be.binned_counts(p.attribute, list(p.edges), p.covered, p.by)
         where_bin = np.searchsorted(np.asarray(p.edges), np.asarray(p.candidates))
@@ -472,6 +479,8 @@ def record(r: Statistic) -> dict[str, object]:
         v = getattr(r, k)
         if v is not None:
             d[k] = list(v) if isinstance(v, tuple) else v
+    if r.small_group:
+        d["small_group"] = True
     return d
 
 
@@ -487,7 +496,8 @@ def statistic_record(p: PreparedStatistic, results: Sequence[Statistic]) -> dict
     records = [record(r) for r in results]
     if not p.by:
         return {"statistic": p.kind, "results": records}
-    columns = [k for k in records[0] if k != "group"] if records else []
+    # every key any result has, in order (a small group's lacks std_error, has small_group)
+    columns = list(dict.fromkeys(k for d in records for k in d if k != "group"))
     return {
         "statistic": p.kind,
         "by": list(p.by),

@@ -33,6 +33,11 @@ N >= 1 and |S| <= R N, computed in exact fractions and rounded outward. It cover
 statistic of the group's *clipped* values with probability at least 1 - alpha: a
 rigorous interval, not an approximation. ``std_error`` is the first-order (delta-method)
 standard deviation at the released values: an approximation.
+
+**Small groups.** A group whose interval is the statistic's whole range ([L, U], [0,
+R^2/4] or [0, R/2]) carries no information at that level: its noisy count is too small
+(N + h_N < 1 at the least). Its estimate would be an artefact of the clamp (a clip bound,
+typically), so the curator releases no value for it, only the flag and that interval.
 """
 
 from __future__ import annotations
@@ -214,6 +219,23 @@ class MomentsMechanism:
             + d_n**2 * self.count.variance()
         )
         return vy / 4, interval, math.sqrt(var) / 4
+
+    def whole_range(self) -> tuple[float, float]:
+        """Every value the statistic can take, rounded outward like its intervals:
+        [L, U] (a mean), [0, R^2/4] (a variance), [0, R/2] (a standard deviation)."""
+        if self.statistic == "mean":
+            return _down(Fraction(self.lower)), _up(Fraction(self.upper))
+        r2 = Fraction((self.upper - self.lower) ** 2, 4)
+        return 0.0, (_up(r2) if self.statistic == "variance" else _sqrt_up(r2))
+
+    def informative(self, interval: tuple[float, float]) -> bool:
+        """Whether a group's rigorous interval says anything: False when it is the
+        statistic's whole range (a *small group*: its noisy count is too small for the
+        data to narrow the statistic at all at that level, as whenever N plus the count
+        noise's half-width is below 1). Post-processing of released values (Dwork & Roth
+        2014, Prop. 2.1): deciding it costs nothing."""
+        lo, hi = self.whole_range()
+        return not (interval[0] <= lo and interval[1] >= hi)
 
     def error_scale(self) -> float:
         """The first-order standard error in a group of n rows is at most this over n,

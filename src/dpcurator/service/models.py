@@ -269,12 +269,19 @@ class StatisticOut(BaseModel):
     probability >= 95%; ``std_error`` is first order (approximate)."""
 
     group: str
-    value: int | float | str
+    value: int | float | str | None = Field(
+        description="null for a small group (small_group: true)"
+    )
     q: float | None = None
     interval: tuple[float, float] | None = None
     rank_error: int | None = None
     std_error: float | None = None
     count: int | None = None
+    small_group: bool = Field(
+        default=False,
+        description="the group's noisy count is too small to carry information: no value, "
+        "and the interval is the statistic's whole range",
+    )
 
 
 class StatisticAnswerOut(BaseModel):
