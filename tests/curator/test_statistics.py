@@ -286,3 +286,41 @@ def test_a_workload_with_statistics_is_one_all_or_nothing_release(table, tmp_pat
         with pytest.raises(InvalidParameter, match="strategy='direct'"):
             c.release_workload("median(age)", strategy="tree")
         assert charges(ledger) == 5
+
+
+def test_share_is_the_fraction_where_the_condition_holds(table, tmp_path):
+    _, _, df = table
+    with exact(table) as c:
+        # the indicator is what a count counts: rows where hours is missing (its marker
+        # 0 is a declared value, so a range covers it unless IS NOT NULL says otherwise)
+        # stay in the denominator, and count as "no" here
+        a = c.share("hours < 40 AND hours IS NOT NULL", "age >= 30", by="sex", epsilon=1e6)
+        assert a.statistic == "share" and len(a) == 2
+        assert a.request.startswith("share(") and a.request.endswith(", by=sex, where=age >= 30)")
+        read = df[df.age >= 30]
+        want = (read.hours.between(1, 39)).groupby(read.sex).mean()
+        for r, sex in zip(a.results, ["F", "M"], strict=True):
+            assert r.value == pytest.approx(want[sex], abs=1e-4)
+            assert r.count == (read.sex == sex).sum() and not r.small_group
+            assert 0 <= r.interval[0] <= want[sex] <= r.interval[1] <= 1
+        whole = c.share("sex = 'F'", epsilon=1e6).results[0]
+        assert whole.value == pytest.approx((df.sex == "F").mean(), abs=1e-4)
+        # an empty group says so
+        e = c.share("age > 30", "sex = 'F'", by="sex", epsilon=1e6)
+        assert not e.results[0].small_group and e.results[1].small_group
+        assert e.results[1].value is None and e.results[1].interval == (0.0, 1.0)
+    ledger = tmp_path / "share.db"
+    with open_(table, ledger=ledger) as c:
+        s = c.share("age > 60", "sex = 'F'", by="edu", epsilon=0.5)
+        assert charges(ledger) == 1 and s.cost == 0.5
+        assert c.remaining("sex = 'F'") == pytest.approx(0.5)  # charged on the rows read
+        assert c.remaining("sex = 'M'") == 1.0
+        assert all(r.value is None or 0 <= r.value <= 1 for r in s.results)
+        (h,) = c.history()
+        assert h.kind == "share" and len(h.answer["results"]) == 16
+        for bad, err in [(None, QueryError), ("age >", QueryError), (3, QueryError)]:
+            with pytest.raises(err):
+                c.share(bad, epsilon=0.1)
+        with pytest.raises(QueryError):
+            c.share("age > 3", by="nope", epsilon=0.1)
+        assert charges(ledger) == 1

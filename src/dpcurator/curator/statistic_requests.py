@@ -1,4 +1,4 @@
-"""The analyst's statistics requests: ``mean``, ``variance``, ``stdev``, ``quantile``,
+"""The analyst's statistics requests: ``mean``, ``variance``, ``stdev``, ``share``, ``quantile``,
 ``quantiles`` and ``median`` on the curator and on an analyst's session.
 
 Each validates and prices its request completely, then charges it once on the points its
@@ -119,6 +119,28 @@ class StatisticRequests(StatisticCore):
             rho=rho,
             mu=mu,
             table=table,
+        )
+        return self._release_statistic(p, _analyst)
+
+    @timed
+    def share(
+        self,
+        condition: str | Query,
+        where: str | Query | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        _analyst: str | None = None,
+    ) -> StatisticAnswer:
+        """The fraction of the rows ``where`` covers (per group of ``by``) that satisfy
+        ``condition``, counted as a count query counts it: the mean of its 0/1 indicator,
+        a noisy sum over a noisy count, half the cost each, with a rigorous 95% interval
+        within [0, 1] (docs/aggregations.md). Charged once on the rows read."""
+        p = self._prepare_share(
+            condition, where, by=by, epsilon=epsilon, rho=rho, mu=mu, table=table
         )
         return self._release_statistic(p, _analyst)
 
@@ -333,6 +355,11 @@ class SessionStatistics:
         self, attribute: str, lower: int, upper: int, where: str | Query | None = None, **kw: Any
     ) -> StatisticAnswer:
         return self._c.stdev(attribute, lower, upper, where, _analyst=self.name, **kw)
+
+    def share(
+        self, condition: str | Query, where: str | Query | None = None, **kw: Any
+    ) -> StatisticAnswer:
+        return self._c.share(condition, where, _analyst=self.name, **kw)
 
     def quantile(
         self, attribute: str, q: float, where: str | Query | None = None, **kw: Any

@@ -57,7 +57,7 @@ from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.predicates import complement, render_coverage
 
 #: The statistics a curator answers besides counts and sums.
-STATISTICS = ("mean", "variance", "stdev", "quantile", "quantiles", "median")
+STATISTICS = ("mean", "variance", "stdev", "share", "quantile", "quantiles", "median")
 #: The widest clipped range of a variance: its squares' sensitivity (U - L)^2 stays an
 #: integer well inside 2^62.
 MAX_VARIANCE_SPAN = 2**31
@@ -77,7 +77,7 @@ class PreparedStatistic:
 
     table: str
     covered: Query | BooleanQuery
-    kind: str  # mean, variance, stdev or quantile
+    kind: str  # mean, variance, stdev, share or quantile
     request: str
     cost: Cost
     attribute: str
@@ -90,6 +90,7 @@ class PreparedStatistic:
     selections: tuple[QuantileMechanism, ...] = ()
     candidates: tuple[int, ...] = ()  # value positions
     edges: tuple[int, ...] = ()
+    holds: Query | BooleanQuery | None = None  # a share's rows read where its condition holds
 
     @property
     def noise(self) -> str:
@@ -236,6 +237,44 @@ class StatisticCore:
             moments=MomentsMechanism(kind, lo, hi, *noises), lower=lo, upper=hi,
         )  # fmt: skip
 
+    def _prepare_share(
+        self,
+        condition: str | Query,
+        where: str | Query | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
+        table: str | None = None,
+    ) -> PreparedStatistic:
+        """A share: the mean of the condition's 0/1 indicator over the rows read, by the
+        mean's mechanism with bounds [0, 1] (so its noises, split and interval are the
+        mean's), charged on the rows read (all of ``where``: a row the condition does not
+        hold for, a missing value included, is read as 0)."""
+        t = self._table(table)  # type: ignore[attr-defined]
+        schema = self._schema(t)  # type: ignore[attr-defined]
+        if condition is None:
+            raise QueryError('a share needs a condition, e.g. share("arr_delay > 15")')
+        cond = requests.canonical_query(condition, schema)
+        names, labels = self._groups(schema, by, "")
+        w = requests.canonical_query(where, schema)
+        holds = intersection(w, cond, text="")  # refused here if too many boxes
+        cost = self.budget.cost(epsilon, rho, mu)
+        noises = [
+            self._noise(c, s)[0]  # type: ignore[attr-defined]
+            for c, s in zip(
+                self._shares(cost, shares("mean")),
+                sensitivities("mean", 0, 1, self._k),
+                strict=True,
+            )
+        ]
+        request = f"share({cond.text or 'TRUE'}{self._tail(where, w, names)})"
+        return PreparedStatistic(
+            t, w, "share", request, cost, "", names, labels,
+            moments=MomentsMechanism("mean", 0, 1, *noises), lower=0, upper=1, holds=holds,
+        )  # fmt: skip
+
     def _prepare_quantiles(
         self,
         kind: str,
@@ -333,6 +372,8 @@ class StatisticCore:
         a = dict(args)
         if kind in MOMENT_STATISTICS:
             return self._prepare_moments(kind, **a)
+        if kind == "share":
+            return self._prepare_share(**a)
         if kind == "quantile":
             a["qs"] = [a.pop("q")]
         elif kind == "median":
@@ -345,10 +386,18 @@ class StatisticCore:
         """Read the exact aggregates, add the noise or select: the released results."""
         be = self._backends[p.table]
         alpha = float(1 - CONFIDENCE)
-        if p.moments is not None:
+        if p.holds is not None:  # a share: the indicator's sum is a count
+            schema = self._schema(p.table)  # type: ignore[attr-defined]
+            one = schema.attribute(p.by[0] if p.by else schema.names[0])
+            whole = [0, one.size]  # one bin: every row of the group
+            n = be.binned_counts(one.name, whole, p.covered, p.by)[:, 0]
+            s1 = be.binned_counts(one.name, whole, p.holds, p.by)[:, 0]
+            s2 = None
+        elif p.moments is not None:
             n, s1, s2 = be.clipped_moments(
                 p.attribute, p.lower, p.upper, p.covered, p.by, squares=p.kind != "mean"
             )
+        if p.moments is not None:
             exact: list[tuple[int, ...]] = []
             for i in range(len(p.labels)):
                 nn, ss, tt = centred_sums(
