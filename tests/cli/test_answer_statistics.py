@@ -129,3 +129,28 @@ def test_a_workload_over_the_whole_request_limit_is_one_line(tmp_path, capsys):
     assert "this workload asks for 1008000 cells in all" in err
     assert "max_request_cells = 1000000; split it" in err
     assert charges(ledger) == []
+
+
+def test_shares_and_histograms_with_where_in_a_workload(tmp_path, capsys):
+    w = tmp_path / "shares.txt"
+    w.write_text(
+        "share(hours-per-week > 40, by=sex, where=age < 30)\n"
+        "histogram(sex, where=age >= 30)\n"
+        "marginal(sex, race, where=age < 30)\n"
+    )
+    ledger, out = tmp_path / "l.db", tmp_path / "a.csv"
+    code, _, err = run(capsys, *base(w, ledger), "--epsilon", 1, "--out", out)
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open()))
+    share = rows[:2]
+    assert [r["group"] for r in share] == ["sex = 'Female'", "sex = 'Male'"]
+    for r in share:
+        assert 0 <= float(r["interval_low"]) <= float(r["interval_high"]) <= 1
+        assert r["small_group"] in ("True", "False")
+    assert [r["query"] for r in rows[2:4]] == [
+        "sex = 'Female' AND (age >= 30)",
+        "sex = 'Male' AND (age >= 30)",
+    ]
+    assert all(r["line"] == "3" for r in rows[4:]) and len(rows) > 4
+    kinds = [k for k, _ in charges(ledger)]
+    assert kinds[0] == "share" and set(kinds[1:]) == {"workload"}

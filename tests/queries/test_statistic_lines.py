@@ -148,3 +148,27 @@ def test_histograms_and_marginals_take_where():
     ]:
         with pytest.raises(WorkloadError, match=message):
             parse_workload_text(line, SCHEMA)
+
+
+def test_share_lines():
+    w = parse_workload_text(
+        "share(age > 40 AND sex IN ('Male', 'Female'), by=[sex, race], where=age < 60) @ 2",
+        SCHEMA,
+    )
+    (s,) = w.statistics
+    assert s.kind == "share" and s.by == ("sex", "race")
+    assert s.args() == {
+        "condition": "age > 40 AND sex IN ('Male', 'Female')",
+        "where": "age < 60",
+        "by": ["sex", "race"],
+    }
+    assert w.queries[0] == parse_query("age < 60", SCHEMA)  # every row where= covers
+    assert s.cells(SCHEMA) == 2 * len(SCHEMA.attribute("race").values)
+    for line, message in [
+        ("share(age >, by=sex)", "syntax error"),
+        ("share(age > 3, sex = 'Male')", "share takes"),
+        ("share(age > 3, candidates=[1])", "no candidates"),
+        ("share(age > 3, by=nope)", "unknown attribute"),
+    ]:
+        with pytest.raises(WorkloadError, match=message):
+            parse_workload_text(line, SCHEMA)

@@ -38,7 +38,7 @@ def check_statistics(
             "statistic lines (mean, quantile, ...): leave it out"
         )
     if fmt == "parquet" and any(
-        s is not None and s.kind != "units" and schema.attribute(s.attribute).type == "categorical"
+        s is not None and s.attribute and schema.attribute(s.attribute).type == "categorical"
         for s in workload.statistics
     ):
         raise InvalidParameter(

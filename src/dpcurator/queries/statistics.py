@@ -5,6 +5,7 @@ description and the points it reads out.
 Forms (keyword arguments in any order, after the positional ones)::
 
     mean(income, 0, 200000, where=age < 30)         # also variance, stdev
+    share(arr_delay > 15, by=origin)                # the fraction where it holds
     quantile(age, 0.9, by=sex)
     quantiles(hours-per-week, [0.25, 0.5, 0.75], by=[sex, race])
     median(age, where=sex = 'F', candidates=[20, 30, 40, 50, 60])
@@ -15,7 +16,8 @@ A statistic line is one measurement: it reads the rows its ``where`` covers (wit
 rows whose attribute is missing), and those are the points it is charged on, whatever
 its groups (they are disjoint: parallel composition, Smith et al. 2022, Thm 5). The
 planner gives it a cost as it would a count of that coverage with the line's weight.
-A ``units(<condition>)`` line (the number of privacy units with a kept row satisfying
+A ``share(<condition>, ...)`` line reads every row its ``where`` covers (its condition
+decides only the numerator). A ``units(<condition>)`` line (the number of privacy units with a kept row satisfying
 the condition) is charged its planned cost on those points, and its noise, of
 sensitivity 1, is calibrated to a k-th of it (for epsilon, the noise of a count of the
 same cost; for rho and mu, additive in rho and mu^2, a sqrt(k)-th of a count's sigma).
@@ -45,7 +47,7 @@ __all__ = [
 
 #: A statistic line: its kind and what is between its parentheses.
 STATISTIC_LINE = re.compile(
-    r"^(mean|variance|stdev|quantiles|quantile|median|units)\s*\((.*)\)\s*$",
+    r"^(mean|variance|stdev|share|quantiles|quantile|median|units)\s*\((.*)\)\s*$",
     re.IGNORECASE | re.DOTALL,
 )
 #: A quantile q is read as its decimal, with at most six decimal places.
@@ -86,12 +88,15 @@ class StatisticSpec:
     by: tuple[str, ...] = ()
     candidates: tuple[int | str, ...] | None = None
     where: str | None = None
+    condition: str | None = None  # a share's
 
     def args(self) -> dict[str, object]:
         """The keyword arguments of the curator's method of that name (no cost)."""
         if self.kind == "units":  # Curator.units(condition)
             return {"condition": self.where}
-        d: dict[str, object] = {"attribute": self.attribute}
+        d: dict[str, object] = (
+            {"condition": self.condition} if self.kind == "share" else {"attribute": self.attribute}
+        )
         if self.kind in ("mean", "variance", "stdev"):
             d["lower"], d["upper"] = self.lower, self.upper
         elif self.kind == "quantile":
@@ -115,11 +120,11 @@ class StatisticSpec:
         by = [self.by] if isinstance(self.by, str) else self.by
         if not isinstance(by, tuple | list):
             raise QueryError(f"by must be a list of attribute names, got {by!r}")
-        for n in (self.attribute, *by):
+        for n in (*by, *((self.attribute,) if self.kind != "share" else ())):
             if not isinstance(n, str) or n not in schema:
                 raise QueryError(f"unknown attribute {n!r}")
         groups = math.prod(schema.attribute(n).size for n in set(by))
-        if self.kind in ("mean", "variance", "stdev"):
+        if self.kind in ("mean", "variance", "stdev", "share"):
             return groups
         attr = schema.attribute(self.attribute)
         if self.candidates is None:
@@ -250,6 +255,8 @@ def parse_statistic(
             raise QueryError(f"{kind}: an empty argument")
         else:
             positional.append(part)
+    if kind == "share":
+        return _parse_share(positional, keywords, schema, line, text)
     want = {"mean": 3, "variance": 3, "stdev": 3, "quantile": 2, "quantiles": 2, "median": 1}[kind]
     usage = {
         3: f"{kind}(attribute, lower, upper[, by=..., where=...])",
@@ -281,13 +288,7 @@ def parse_statistic(
                 raise QueryError("quantiles needs at least one q")
         else:
             qs = (Fraction(1, 2),)
-    by: tuple[str, ...] = ()
-    if "by" in keywords:
-        raw = keywords["by"]
-        names = _bracketed(raw, "by") if raw.startswith("[") else [raw]
-        by = tuple(_name(n, schema) for n in names)
-        if not by or len(set(by)) != len(by) or name in by:
-            raise QueryError("by= needs distinct attributes other than the statistic's own")
+    by = _by(keywords, schema, name)
     candidates = None
     if "candidates" in keywords:
         candidates = tuple(
@@ -302,6 +303,40 @@ def parse_statistic(
     spec = StatisticSpec(kind, name, lower, upper, qs, by, candidates, where)
     covered = statistic_coverage(schema, name, base, text)
     return spec, (covered if covered.line == line else _at_line(covered, line))
+
+
+def _by(keywords: dict[str, str], schema: Schema, own: str) -> tuple[str, ...]:
+    """A line's ``by=`` attributes (none other than ``own``, the statistic's attribute)."""
+    if "by" not in keywords:
+        return ()
+    raw = keywords["by"]
+    names = _bracketed(raw, "by") if raw.startswith("[") else [raw]
+    by = tuple(_name(n, schema) for n in names)
+    if not by or len(set(by)) != len(by) or own in by:
+        raise QueryError("by= needs distinct attributes other than the statistic's own")
+    return by
+
+
+def _parse_share(
+    positional: list[str], keywords: dict[str, str], schema: Schema, line: int | None, text: str
+) -> tuple[StatisticSpec, Query | BooleanQuery]:
+    """``share(<condition>[, by=..., where=...])``: it reads every row ``where`` covers."""
+    from dpcurator.queries.parser import parse_query
+
+    if len(positional) != 1:
+        raise QueryError("share takes share(condition[, by=..., where=...])")
+    if "candidates" in keywords:
+        raise QueryError("share takes no candidates=")
+    condition = positional[0]
+    parse_query(condition, schema)  # checked now, with the line
+    where = keywords.get("where")
+    if where is not None and not where:
+        raise QueryError("where= needs a condition")
+    base = parse_query(where, schema) if where is not None else Query(schema, ())
+    spec = StatisticSpec(
+        "share", "", by=_by(keywords, schema, ""), where=where, condition=condition
+    )
+    return spec, _at_line(_with_text(base, text), line)
 
 
 def _with_text(q: Query | BooleanQuery, text: str) -> Query | BooleanQuery:
