@@ -363,6 +363,23 @@ class Client:
             epsilon=epsilon, rho=rho, mu=mu, table=table,
         )  # fmt: skip
 
+    def share(
+        self,
+        condition: str,
+        where: str | None = None,
+        *,
+        by: str | Sequence[str] | None = None,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+    ) -> StatisticAnswer:
+        """The fraction of the rows read where ``condition`` holds (``POST /v1/share``)."""
+        return self._statistic_call(
+            "/v1/share", condition=condition, where=where, by=by,
+            epsilon=epsilon, rho=rho, mu=mu, table=table,
+        )  # fmt: skip
+
     def variance(
         self,
         attribute: str,

@@ -28,6 +28,11 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "workload": s.release_workload(
             "age < 30\nmedian(age, by=sex)\nmean(score, 0, 9)\nhistogram(sex)", epsilon=0.5
         )[1],
+        "share": s.share("score > 3", "age < 60", by="region", epsilon=0.5),
+        "workload where": s.release_workload(
+            "share(score > 3, by=sex)\nhistogram(sex, where=age < 30)", epsilon=0.5
+        )[1],
+        "estimate share": s.estimate("share", condition="score > 3", by="sex", epsilon=0.5),
         "estimate mean": s.estimate("mean", attribute="age", lower=0, upper=99, epsilon=0.5),
         "estimate median": s.estimate("median", attribute="age", by=["sex"], epsilon=0.5),
         "history": s.history(),
@@ -46,6 +51,8 @@ def script(s) -> tuple[dict[str, object], dict[str, type]]:
         "candidate float": lambda: s.median("age", candidates=[1.5], epsilon=0.5),
         "no quantiles": lambda: s.quantiles("age", [], epsilon=0.5),
         "unordered": lambda: s.median("region", epsilon=0.5),
+        "share of nonsense": lambda: s.share("score >", epsilon=0.5),
+        "share by unknown": lambda: s.share("score > 3", by="nope", epsilon=0.5),
         "estimate stray": lambda: s.estimate("median", attribute="age", lower=1, epsilon=0.5),
     }
     raised: dict[str, type] = {}
@@ -93,6 +100,15 @@ def test_the_client_mirrors_the_in_process_session(tmp_path: Path) -> None:
     assert local["estimate mean"].error_scale > 0
     m = remote["mean"]
     assert isinstance(m.value, float) and m.interval[0] <= m.value <= m.interval[1]
+    share = remote["share"]
+    assert share.statistic == "share" and share.request.startswith("share(score > 3")
+    assert all(r.value is None or 0 <= r.value <= 1 for r in share.results)
+    assert all(0 <= r.interval[0] <= r.interval[1] <= 1 for r in share.results)
+    assert local_errors["share of nonsense"] is QueryError
+    assert [type(a).__name__ for a in remote["workload where"]] == ["StatisticAnswer"] + [
+        "Answer"
+    ] * 2
+    assert remote["workload where"][1].query.endswith("AND (age < 30)")
     assert [type(a).__name__ for a in remote["workload"]] == [
         "Answer",
         "StatisticAnswer",

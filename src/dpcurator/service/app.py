@@ -299,6 +299,10 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def stdev(body: m.MomentsRequest, who: Caller) -> m.StatisticAnswerOut:
         return _statistic(session(who).stdev(**body.args()))
 
+    @app.post("/v1/share", response_model=m.StatisticAnswerOut, tags=["statistics"])
+    def share(body: m.ShareRequest, who: Caller) -> m.StatisticAnswerOut:
+        return _statistic(session(who).share(**body.args()))
+
     @app.post("/v1/quantile", response_model=m.StatisticAnswerOut, tags=["statistics"])
     def quantile(body: m.QuantileRequest, who: Caller) -> m.StatisticAnswerOut:
         return _statistic(session(who).quantile(**body.args()))

@@ -105,6 +105,20 @@ class MomentsRequest(_Statistic):
     upper: int
 
 
+class ShareRequest(_Cost):
+    """The fraction of the rows read (``where``, per group of ``by``) where ``condition``
+    holds, with a rigorous 95% interval."""
+
+    condition: str = Field(description='e.g. "arr_delay > 15"')
+    where: str | None = Field(default=None, description='the rows read, e.g. "age < 30"')
+    by: list[str] | str | None = Field(
+        default=None, description="group by these attributes: one result per combination"
+    )
+
+    def args(self) -> dict[str, object]:
+        return self.model_dump(exclude_none=True)
+
+
 class _Selection(_Statistic):
     candidates: list[int] | list[str] | None = Field(
         default=None, description="the values to choose from (default: the whole domain)"
@@ -157,12 +171,14 @@ class EstimateRequest(_Cost):
         "mean",
         "variance",
         "stdev",
+        "share",
         "quantile",
         "quantiles",
         "median",
         "units",
     ]
     query: str | None = None
+    condition: str | None = None
     attribute: str | None = None
     attributes: list[str] | None = None
     bins: list[int] | None = None
@@ -195,6 +211,7 @@ _FIELDS = {
     "mean": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
     "variance": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
     "stdev": {"attribute", "lower", "upper", "where", "by"} | _COST_FIELDS,
+    "share": {"condition", "where", "by"} | _COST_FIELDS,
     "quantile": {"attribute", "q", "where", "by", "candidates"} | _COST_FIELDS,
     "quantiles": {"attribute", "qs", "where", "by", "candidates"} | _COST_FIELDS,
     "median": {"attribute", "where", "by", "candidates"} | _COST_FIELDS,
