@@ -520,7 +520,7 @@ def _macro_where(inner: str, kind: str) -> tuple[str, str | None]:
 
 def _macro_cells(
     kind: str, inner: str, schema: Schema, line: int, room: int
-) -> list[Query | BooleanQuery]:
+) -> Sequence[Query | BooleanQuery]:
     """The cells of ``histogram(...)`` or ``marginal(...)`` (without ``where=``)."""
     if kind == "histogram":
         bins_text = None
