@@ -104,7 +104,7 @@ def test_a_grouped_statistic_at_the_limit_answers_with_a_compact_row(grid, tmp_p
     assert request == MEAN and coverage == "{}"
     stored = json.loads(answer)
     assert stored["by"] == ["a", "b"] and stored["groups"] == GROUPS
-    assert stored["columns"] == ["value", "interval", "std_error", "count"]
+    assert {"value", "interval", "std_error", "count"} <= set(stored["columns"])
     assert len(stored["rows"]) == GROUPS
     assert len(answer) < 100 * GROUPS  # was some 120 bytes a group, labels included
     legacy = json.dumps(h.answer)  # what the ledger stored before: a labelled object each
