@@ -113,12 +113,14 @@ def test_a_grouped_statistic_at_the_limit_answers_with_a_compact_row(grid, tmp_p
     assert [r["group"] for r in results[:2]] == ["a = 0 AND b = 0", "a = 0 AND b = 1"]
     assert results[-1]["group"] == "a = 119 AND b = 147"
     for got, r in zip(results, a.results, strict=True):
+        small = {"small_group": True} if r.small_group else {}
         assert got == {
             "group": r.group,
             "value": r.value,
             "interval": list(r.interval),
             "std_error": r.std_error,
             "count": r.count,
+            **small,
         }
     assert len(json.loads(answer_b)["rows"]) == GROUPS and len(hb.answer["results"]) == GROUPS
 

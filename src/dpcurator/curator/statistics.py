@@ -589,8 +589,17 @@ def recorded_results(
     for label, i in zip(labels, range(0, len(rows), each), strict=False):
         for row in rows[i : i + each]:
             if isinstance(row, list) and len(row) == len(columns):
-                out.append({"group": label, **dict(zip(columns, row, strict=True))})
+                fields = dict(zip(columns, row, strict=True))
+                for flag in _FLAGS:  # a flag a record leaves out when false
+                    if fields.get(flag, False) is None:
+                        del fields[flag]
+                out.append({"group": label, **fields})
     return out[:limit]
+
+
+#: Result fields a record holds only when true (stored as null in the other rows of a
+#: compact record, and left out again when it is expanded).
+_FLAGS = ("small_group",)
 
 
 def expanded_record(answer: object, schema: Schema) -> object:
