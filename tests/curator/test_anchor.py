@@ -173,6 +173,42 @@ def test_a_rolled_back_analysts_chain_is_refused(place):
     )
 
 
+def test_a_revocation_anchored_by_another_process_survives_a_stale_committer(place):
+    """A curator that has not re-read the analysts since another process revoked one
+    anchors its next charge with the older analysts head: the anchor's line for that
+    charge is further in one chain and behind in the other. Each chain's furthest head
+    is checked on its own, so removing the revocation is still refused."""
+    make(place, 1)
+    stale = open_ledger(place)
+    try:
+        other = open_ledger(place)
+        token = other.add_credential("mallory")
+        other.revoke("mallory")
+        other.close()
+        charge(stale, 1)  # its line: charge 2, the analysts' head it last read
+    finally:
+        stale.close()
+    ((seq,),) = place.query("SELECT max(seq) FROM analysts")
+    prev = place.query(f"SELECT seq, hash FROM analysts WHERE seq = {seq - 1}")[0]
+    place.tamper(
+        f"DELETE FROM analysts WHERE seq = {seq}",
+        f"UPDATE meta SET value = '{prev[0]} {prev[1]}' WHERE key = 'analysts_head'",
+    )
+    other = Ledger(place.target, None, anchor=None)
+    assert other.authenticate(token) is not None  # the token would work again
+    other.close()
+    refused(place, f"rolled back: it holds {seq - 1} analyst entries, but its anchor")
+
+
+def test_an_anchor_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "l.db.anchor"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerError, match="not a regular file"):
+        Ledger(tmp_path / "l.db", IDENTITY, anchor=fifo).close()
+    assert time.monotonic() - t0 < 5  # it used to wait for a writer, forever
+
+
 def test_the_anchor_of_another_ledger_is_refused(stores, tmp_path):
     a, b = stores.new("a"), stores.new("b")
     if stores.kind == "postgresql":

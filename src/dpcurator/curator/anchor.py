@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,25 +89,33 @@ class Anchor:
 
     def latest(self) -> Heads | None:
         """The furthest entry in the file's tail (None: no file, or no entry yet)."""
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                start = max(0, size - TAIL_BYTES)
-                f.seek(start)
-                data = f.read(size - start)
+        try:  # never blocks: a FIFO or device put in its place is refused, not waited on
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as err:
             raise LedgerError(
                 f"anchor {self.path}: cannot be read: {err.strerror or err}"
             ) from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise LedgerError(f"anchor {self.path}: not a regular file; give an anchor file")
+            start = max(0, st.st_size - TAIL_BYTES)
+            f.seek(start)
+            data = f.read(st.st_size - start)
         lines = data.split(b"\n")[:-1]  # what follows the last newline is not a whole line
         if start > 0 and lines:
             lines = lines[1:]  # the tail began inside a line
         found = [h for h in map(parse, lines) if h is not None]
         if not found:
             return None
-        best = max(found, key=lambda h: (h.charges, h.analysts))
+        # Each chain's furthest head on its own: a process whose view of the other chain
+        # is old (a curator that has not re-read the analysts since another process
+        # revoked one) appends lines that are further in one chain and behind in the other.
+        far = max(found, key=lambda h: (h.charges, h.analysts))
+        who = max((h for h in found if h.genesis == far.genesis), key=lambda h: h.analysts)
+        best = Heads(far.charges, far.charges_hash, who.analysts, who.analysts_hash, far.genesis)
         with self._lock:
             if self._last is None or not best.within(self._last):
                 self._last = best
@@ -140,9 +149,12 @@ class Anchor:
             os.close(self._fd)
             self._fd = None
         existed = os.path.exists(self.path)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(self.path, flags, 0o644)
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(0, "not a regular file")
             if st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n":
                 os.write(fd, b"\n")  # a line cut short by a crash: end it, so it is skipped
             if not existed:
