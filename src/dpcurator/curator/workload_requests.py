@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
 from dpcurator.curator.answers import Answer, DerivedAnswer
@@ -179,12 +180,22 @@ class WorkloadRequests:
         cur = self.budget.currency
         everywhere = Query(schema, (), "total")
         batch, noises, cells = [], [], []
-        for m in sp.measurements:  # every noise and limit before the charge
+        for m in sp.measurements:  # every limit before any cell is built
+            if len(m.cells) > self.limits.max_cells:
+                raise TooLarge(
+                    f"the strategy's table {m.label} has {len(m.cells)} cells, over the limit "
+                    f"max_cells = {self.limits.max_cells}"
+                )
+        for m in sp.measurements:  # every noise before the charge
             cost = self.budget.cost(**{cur: m.value})
             noise, _ = self._noise(cost, 1)
             if noise != m.noise:  # the planned variances assume exactly this noise
                 raise InvalidParameter(f"internal error: {m.label}: noise differs from the plan")
-            qs = [Query.from_coverages(schema, c) for c in m.cells]
+            qs = []
+            for i, c in enumerate(m.cells):
+                if i % 1024 == 0:
+                    deadlines.check()  # a request's deadline (see dpcurator.deadlines)
+                qs.append(Query.from_coverages(schema, c))
             region = Query.from_coverages(schema, dict(m.region)) if m.region else everywhere
             batch.append(Request(region, cost.amount, "strategy", m.label, str(noise)))
             noises.append(noise)
@@ -194,12 +205,6 @@ class WorkloadRequests:
                 f"the strategy measures {len(batch)} tables, over the limit max_charges = "
                 f"{self.limits.max_charges}"
             )
-        for m, qs in zip(sp.measurements, cells, strict=True):
-            if len(qs) > self.limits.max_cells:
-                raise TooLarge(
-                    f"the strategy's table {m.label} has {len(qs)} cells, over the limit "
-                    f"max_cells = {self.limits.max_cells}"
-                )
         flat = [q for qs in cells for q in qs]
         estimates: list[float] = []
 
