@@ -172,3 +172,16 @@ def test_errors_matching_no_phrase_keep_no_secret() -> None:
     assert said == "driver error: something new: *** and *** and more"
     said = reword(DriverError("whatever Zq7Kw", "28P01"), read)
     assert said == "authentication failed (SQLSTATE 28P01)"
+
+
+@given(st.text(min_size=1, max_size=30))
+def test_a_password_hidden_in_the_user_name_is_refused_unshown(pw: str) -> None:
+    """``user%3Apassword@``: libpq reads it as a user named "user:password", which every
+    message would name; refused, quoting nothing of it."""
+    url = f"postgresql://dpc{quote(':' + pw, safe='')}@db.example/ledger"
+    with pytest.raises(LedgerError) as err:
+        location_of(url)
+    assert str(err.value) == (  # a fixed text: nothing of the URL in it
+        "the ledger URL's user name holds a ':' (written %3A): give the password after "
+        "an unencoded ':' (postgresql://user:PASSWORD@host/db), or in a passfile"
+    )

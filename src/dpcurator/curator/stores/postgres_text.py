@@ -117,6 +117,11 @@ def read_url(url: str) -> LedgerURL:
             f"ledger {base}: the user name has a % that is not an escape (write % as %25) "
             "or is not UTF-8"
         )
+    if ":" in (_decoded(user) or ""):  # user%3Apassword: a password hidden in the name
+        raise LedgerError(
+            "the ledger URL's user name holds a ':' (written %3A): give the password after "
+            "an unencoded ':' (postgresql://user:PASSWORD@host/db), or in a passfile"
+        )
     secrets: list[str] = []
     secret_params: list[tuple[str, str]] = []
     if password_raw:
