@@ -11,6 +11,7 @@ them to these functions.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,11 @@ from dpcurator.queries.schema import Attribute, Schema
 WHITESPACE = " \t\r\n\f\v"
 #: Integer text: at most 38 significant digits (< 10^38 < 2^127: it fits 128 bits).
 INT_PATTERN = "[+-]?0*[0-9]{1,38}"
+#: Integer text as loaded: also with a zero fraction (``517.0``), as pandas writes an
+#: integer column that holds a missing value (it becomes a float column).
+INT_TEXT_PATTERN = INT_PATTERN + r"(\.0*)?"
+#: The zero fraction that :data:`INT_TEXT_PATTERN` allows, removed before the cast.
+ZERO_FRACTION = r"\.0*$"
 #: Inclusive range of a 64-bit signed integer.
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -258,6 +264,12 @@ def invalid_message(
         f"{source}: attribute {attr.name!r}: {rows} outside the domain "
         f"{domain_text(attr)} or missing ({where})"
     )
+    if attr.type == "integer" and raw is not NOT_SHOWN and _fractional(raw):
+        rows = "1 row" if n_bad == 1 else f"{n_bad} rows"
+        msg = (
+            f"{source}: attribute {attr.name!r}: row {first}, value {show(raw)} is not an "
+            f"integer ({rows} not integers in the domain {domain_text(attr)} or missing)"
+        )
     was_missing = raw is None or (raw is not NOT_SHOWN and str(raw).strip(WHITESPACE) in missing)
     if was_missing and attr.missing is None:  # and the schema does not allow one
         example = f"{attr.min - 1}" if attr.type == "integer" else '"?"'
@@ -270,6 +282,16 @@ def invalid_message(
         more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
         msg += f"; also invalid: {others}{more}"
     return msg + "; fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+
+
+def _fractional(raw: object) -> bool:
+    """Whether a raw value is a finite number with a nonzero fraction (``3.5``): refused
+    as not an integer, which "outside the domain" would not say."""
+    try:
+        x = float(str(raw).strip(WHITESPACE))
+    except ValueError:
+        return False
+    return math.isfinite(x) and x != math.floor(x)
 
 
 def missing_id_message(source: str, column: str, rows: int, first: int) -> str:

@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 
 from dpcurator.backends._sql import ident
 from dpcurator.backends._validation import (
-    INT_PATTERN,
+    INT_TEXT_PATTERN,
     NOT_SHOWN,
     WHITESPACE,
+    ZERO_FRACTION,
     LoadReport,
     column_count_message,
     duplicate_column_message,
@@ -368,9 +369,10 @@ class Loader:
                 else:
                     s = f"trim(CAST({col} AS VARCHAR), ?)"
                     inner.append(
-                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
+                        f"CASE WHEN regexp_full_match({s}, ?) "
+                        f"THEN CAST(regexp_replace({s}, ?, '') AS HUGEINT) END AS v{i}"
                     )
-                    params.extend((WHITESPACE, INT_PATTERN, WHITESPACE))
+                    params.extend((WHITESPACE, INT_TEXT_PATTERN, WHITESPACE, ZERO_FRACTION))
                 if attr.missing is None:
                     outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
                     outer_params.extend((attr.min, attr.max, attr.min))

@@ -20,9 +20,10 @@ import numpy as np
 
 from dpcurator.backends._validation import (
     INT64,
-    INT_PATTERN,
+    INT_TEXT_PATTERN,
     NOT_SHOWN,
     WHITESPACE,
+    ZERO_FRACTION,
     LoadOptions,
     LoadReport,
     column_count_message,
@@ -446,7 +447,8 @@ class Loader:
             )
             return F.when(ok, d.cast("bigint").cast(DECIMAL))
         s = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-        return F.when(s.rlike(r"\A" + INT_PATTERN + r"\z"), s.cast(DECIMAL))
+        exact = F.regexp_replace(s, ZERO_FRACTION, "")  # 517.0, as pandas writes 517
+        return F.when(s.rlike(r"\A" + INT_TEXT_PATTERN + r"\z"), exact.cast(DECIMAL))
 
     def encode(self) -> tuple[DataFrame, LoadReport]:
         opts = self.opts
