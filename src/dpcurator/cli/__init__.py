@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dpcurator.errors import DpCuratorError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("account", "overlap", "answer", "demo", "serve", "analysts", "ledger", "units")
+SUBCOMMANDS = (
+    "account", "overlap", "answer", "demo", "serve", "analysts", "ledger", "units", "schema"
+)
 
 
 class _Parser(argparse.ArgumentParser):
