@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.backends.unit_rows import UnitReport, check_unit_key
-from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.errors import DataError, InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -142,6 +142,8 @@ class LoadOptions:
     show_values: bool
     #: The key that chooses each unit's rows (see :mod:`dpcurator.backends.unit_rows`).
     unit_key: bytes | None = field(default=None, repr=False)
+    #: Under ``on_invalid="drop"``, the largest share of rows that may be dropped.
+    max_dropped: float = 0.05
 
 
 def check_load_options(
@@ -158,6 +160,7 @@ def check_load_options(
     name: str = "data",
     show_values: bool = True,
     unit_key: bytes | None = None,
+    max_dropped: float = 0.05,
 ) -> LoadOptions:
     """Check the options of a load, in a fixed order, before any data is read.
 
@@ -167,6 +170,12 @@ def check_load_options(
     schema = Schema.of(schema)
     if on_invalid not in ("error", "drop"):
         raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
+    if (
+        isinstance(max_dropped, bool)
+        or not isinstance(max_dropped, int | float)
+        or not 0 <= max_dropped <= 1
+    ):
+        raise InvalidParameter(f"max_dropped must be a share from 0 to 1, got {max_dropped!r}")
     if not isinstance(separator, str) or not separator:
         raise InvalidParameter("separator must be a non-empty string")
     if header is not None and not isinstance(header, bool):
@@ -227,6 +236,7 @@ def check_load_options(
         name=name,
         show_values=show_values,
         unit_key=key,
+        max_dropped=float(max_dropped),
     )
 
 
@@ -292,6 +302,30 @@ def _fractional(raw: object) -> bool:
     except ValueError:
         return False
     return math.isfinite(x) and x != math.floor(x)
+
+
+def check_dropped(
+    source: str,
+    schema: Schema,
+    bad: Sequence[tuple[int, int]],
+    dropped: int,
+    rows_read: int,
+    max_dropped: float,
+) -> None:
+    """Refuse a load under ``on_invalid="drop"`` that would drop more than
+    ``max_dropped`` of the rows: a release over the few rows left describes them, not
+    the table, and would be charged as if it described the table. ``bad``: (attribute
+    index, invalid rows) per attribute, named in the message."""
+    if dropped <= max_dropped * rows_read:
+        return
+    worst = sorted(bad, key=lambda b: (-b[1], b[0]))
+    named = ", ".join(f"{schema.attributes[j].name!r} ({n:,} rows)" for j, n in worst[:5])
+    more = f" and {len(worst) - 5} more" if len(worst) > 5 else ""
+    raise DataError(
+        f"{source}: on_invalid='drop' would drop {dropped:,} of {rows_read:,} rows "
+        f"({dropped / rows_read:.1%}, more than max_dropped={max_dropped:g}): invalid "
+        f"values in {named}{more}; fix the schema or the data, or raise max_dropped"
+    )
 
 
 def missing_id_message(source: str, column: str, rows: int, first: int) -> str:

@@ -26,6 +26,7 @@ from dpcurator.backends._validation import (
     WHITESPACE,
     ZERO_FRACTION,
     LoadReport,
+    check_dropped,
     column_count_message,
     duplicate_column_message,
     first_line,
@@ -291,6 +292,7 @@ class Loader:
         replace: Mapping[str, int],
         privacy_unit: tuple[str, int] | None,
         unit_key: bytes | None,
+        max_dropped: float = 0.05,
     ) -> LoadReport:
         con = self.con
         schema = self.schema
@@ -421,6 +423,10 @@ class Loader:
         for i in range(n_attr):
             aggs.append(f"count(*) FILTER (WHERE c{i} IS NULL)")
             aggs.append(f"min(__row) FILTER (WHERE c{i} IS NULL)")
+        checked = [
+            f"c{i} IS NULL" for i, a in enumerate(schema.attributes) if a.name not in replace
+        ]
+        aggs.append(f"count(*) FILTER (WHERE {' OR '.join(checked) or 'false'})")
         if privacy_unit is not None:
             aggs.append("count(*) FILTER (WHERE __id IS NULL)")
             aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
@@ -438,6 +444,12 @@ class Loader:
             else:
                 bad.append((i, n_bad, int(first)))
         id_bad = None
+        if on_invalid == "drop":
+            invalid_rows = int(stats[1 + 2 * n_attr])
+            check_dropped(
+                self.source, schema, [(i, n) for i, n, _ in bad], invalid_rows, rows_read,
+                max_dropped,
+            )  # fmt: skip
         if privacy_unit is not None and int(stats[-2]):
             id_bad = (int(stats[-2]), int(stats[-1]))
         if on_invalid == "error":

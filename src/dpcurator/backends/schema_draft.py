@@ -96,9 +96,12 @@ def _column(con: duckdb.DuckDBPyConnection, name: str, kind: str) -> Column:
     ]
     if n_missing == n_rows:
         return Column(name, None, ["every value is missing: left out"])
-    if base == "VARCHAR" and not con.execute(
-        "SELECT count(*) FROM c WHERE NOT m AND TRY_CAST(v AS TIMESTAMP) IS NULL"
-    ).fetchall()[0][0]:
+    if (
+        base == "VARCHAR"
+        and not con.execute(
+            "SELECT count(*) FROM c WHERE NOT m AND TRY_CAST(v AS TIMESTAMP) IS NULL"
+        ).fetchall()[0][0]
+    ):
         return Column(name, None, ["dates or times: not supported yet, left out"])
     notes: list[str] = []
     attr: dict[str, Any]

@@ -440,6 +440,8 @@ def run(args: argparse.Namespace) -> int:
             **options.backend_options(args),
         ) as cur:
             warn_unanchored(cur.ledger)
+            for line in load_report.lines(cur.load_reports(), unit):  # before any charge
+                print(f"data: {line}", file=sys.stderr)
             bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(
                 workload,
