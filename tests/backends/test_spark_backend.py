@@ -901,3 +901,19 @@ def test_curator_and_cli_choose_spark(spark, tmp_path):
     assert main([*args, "--backend", "spark"]) == 0
     assert out.read_text().count("\n") > 10
     assert main([*args, "--spark-master", "local[2]"]) == 2
+
+
+def test_zero_fraction_fraction_and_max_dropped(spark, tmp_path):
+    """As DuckDB: 517.0 (pandas' integer with NA) loads as 517, 3.5 is not an integer,
+    and the drop rule refuses to drop more than max_dropped of the rows."""
+    schema = {"attributes": [{"name": "t", "type": "integer", "min": 1, "max": 2400}]}
+    p = tmp_path / "t.csv"
+    p.write_text("t\n517.0\n2400\n")
+    b = SparkBackend.load(str(p), schema, spark=spark)
+    assert b.report.rows == 2
+    b.close()
+    p.write_text("t\n517.0\n3.5\n")
+    with pytest.raises(DpCuratorError, match=r"row 2, value '3\.5' is not an integer"):
+        SparkBackend.load(str(p), schema, spark=spark)
+    with pytest.raises(DpCuratorError, match=r"would drop 1 of 2 rows .*'t' \(1 rows\)"):
+        SparkBackend.load(str(p), schema, spark=spark, on_invalid="drop")

@@ -11,6 +11,7 @@ them to these functions.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.backends.unit_rows import UnitReport, check_unit_key
-from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.errors import DataError, InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
 
@@ -28,6 +29,11 @@ from dpcurator.queries.schema import Attribute, Schema
 WHITESPACE = " \t\r\n\f\v"
 #: Integer text: at most 38 significant digits (< 10^38 < 2^127: it fits 128 bits).
 INT_PATTERN = "[+-]?0*[0-9]{1,38}"
+#: Integer text as loaded: also with a zero fraction (``517.0``), as pandas writes an
+#: integer column that holds a missing value (it becomes a float column).
+INT_TEXT_PATTERN = INT_PATTERN + r"(\.0*)?"
+#: The zero fraction that :data:`INT_TEXT_PATTERN` allows, removed before the cast.
+ZERO_FRACTION = r"\.0*$"
 #: Inclusive range of a 64-bit signed integer.
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -136,6 +142,8 @@ class LoadOptions:
     show_values: bool
     #: The key that chooses each unit's rows (see :mod:`dpcurator.backends.unit_rows`).
     unit_key: bytes | None = field(default=None, repr=False)
+    #: Under ``on_invalid="drop"``, the largest share of rows that may be dropped.
+    max_dropped: float = 0.05
 
 
 def check_load_options(
@@ -152,6 +160,7 @@ def check_load_options(
     name: str = "data",
     show_values: bool = True,
     unit_key: bytes | None = None,
+    max_dropped: float = 0.05,
 ) -> LoadOptions:
     """Check the options of a load, in a fixed order, before any data is read.
 
@@ -161,6 +170,12 @@ def check_load_options(
     schema = Schema.of(schema)
     if on_invalid not in ("error", "drop"):
         raise InvalidParameter(f"on_invalid must be 'error' or 'drop', got {on_invalid!r}")
+    if (
+        isinstance(max_dropped, bool)
+        or not isinstance(max_dropped, int | float)
+        or not 0 <= max_dropped <= 1
+    ):
+        raise InvalidParameter(f"max_dropped must be a share from 0 to 1, got {max_dropped!r}")
     if not isinstance(separator, str) or not separator:
         raise InvalidParameter("separator must be a non-empty string")
     if header is not None and not isinstance(header, bool):
@@ -221,6 +236,7 @@ def check_load_options(
         name=name,
         show_values=show_values,
         unit_key=key,
+        max_dropped=float(max_dropped),
     )
 
 
@@ -258,6 +274,12 @@ def invalid_message(
         f"{source}: attribute {attr.name!r}: {rows} outside the domain "
         f"{domain_text(attr)} or missing ({where})"
     )
+    if attr.type == "integer" and raw is not NOT_SHOWN and _fractional(raw):
+        rows = "1 row" if n_bad == 1 else f"{n_bad} rows"
+        msg = (
+            f"{source}: attribute {attr.name!r}: row {first}, value {show(raw)} is not an "
+            f"integer ({rows} not integers in the domain {domain_text(attr)} or missing)"
+        )
     was_missing = raw is None or (raw is not NOT_SHOWN and str(raw).strip(WHITESPACE) in missing)
     if was_missing and attr.missing is None:  # and the schema does not allow one
         example = f"{attr.min - 1}" if attr.type == "integer" else '"?"'
@@ -270,6 +292,40 @@ def invalid_message(
         more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
         msg += f"; also invalid: {others}{more}"
     return msg + "; fix the data, or pass on_invalid='drop' or replace={attribute: value}"
+
+
+def _fractional(raw: object) -> bool:
+    """Whether a raw value is a finite number with a nonzero fraction (``3.5``): refused
+    as not an integer, which "outside the domain" would not say."""
+    try:
+        x = float(str(raw).strip(WHITESPACE))
+    except ValueError:
+        return False
+    return math.isfinite(x) and x != math.floor(x)
+
+
+def check_dropped(
+    source: str,
+    schema: Schema,
+    bad: Sequence[tuple[int, int]],
+    dropped: int,
+    rows_read: int,
+    max_dropped: float,
+) -> None:
+    """Refuse a load under ``on_invalid="drop"`` that would drop more than
+    ``max_dropped`` of the rows: a release over the few rows left describes them, not
+    the table, and would be charged as if it described the table. ``bad``: (attribute
+    index, invalid rows) per attribute, named in the message."""
+    if dropped <= max_dropped * rows_read:
+        return
+    worst = sorted(bad, key=lambda b: (-b[1], b[0]))
+    named = ", ".join(f"{schema.attributes[j].name!r} ({n:,} rows)" for j, n in worst[:5])
+    more = f" and {len(worst) - 5} more" if len(worst) > 5 else ""
+    raise DataError(
+        f"{source}: on_invalid='drop' would drop {dropped:,} of {rows_read:,} rows "
+        f"({dropped / rows_read:.1%}, more than max_dropped={max_dropped:g}): invalid "
+        f"values in {named}{more}; fix the schema or the data, or raise max_dropped"
+    )
 
 
 def missing_id_message(source: str, column: str, rows: int, first: int) -> str:

@@ -115,6 +115,7 @@ class DuckDBBackend:
         connection: duckdb.DuckDBPyConnection | None = None,
         name: str = "data",
         show_values: bool = True,
+        max_dropped: float = 0.05,
     ) -> DuckDBBackend:
         """Load, validate and encode a table.
 
@@ -132,7 +133,9 @@ class DuckDBBackend:
         naming the attribute, the number of rows and the first offending row, unless
         ``replace={attr: declared_value}`` maps that attribute's invalid values to a
         declared value, or ``on_invalid="drop"`` drops every row still invalid.
-        ``show_values=False`` keeps the raw value out of the message.
+        ``show_values=False`` keeps the raw value out of the message. Under the drop rule,
+        a load that would drop more than ``max_dropped`` (a share, default 5%) of the rows
+        for invalid values is refused, naming the attributes responsible.
 
         ``privacy_unit=("id_column", k)`` with ``unit_key`` (32 secret random bytes,
         required with it) keeps a uniformly random choice of ``k`` valid rows of each id,
@@ -155,6 +158,7 @@ class DuckDBBackend:
             name=name,
             show_values=show_values,
             unit_key=unit_key,
+            max_dropped=max_dropped,
         )
         schema = opts.schema
         own = connection is None
@@ -175,6 +179,7 @@ class DuckDBBackend:
                 replace=opts.replace,
                 privacy_unit=opts.privacy_unit,
                 unit_key=opts.unit_key,
+                max_dropped=opts.max_dropped,
             )
         except BaseException:
             loader.cleanup()

@@ -21,10 +21,12 @@ import pyarrow.parquet as pq
 
 from dpcurator.backends._sql import ident
 from dpcurator.backends._validation import (
-    INT_PATTERN,
+    INT_TEXT_PATTERN,
     NOT_SHOWN,
     WHITESPACE,
+    ZERO_FRACTION,
     LoadReport,
+    check_dropped,
     column_count_message,
     duplicate_column_message,
     first_line,
@@ -290,6 +292,7 @@ class Loader:
         replace: Mapping[str, int],
         privacy_unit: tuple[str, int] | None,
         unit_key: bytes | None,
+        max_dropped: float = 0.05,
     ) -> LoadReport:
         con = self.con
         schema = self.schema
@@ -368,9 +371,10 @@ class Loader:
                 else:
                     s = f"trim(CAST({col} AS VARCHAR), ?)"
                     inner.append(
-                        f"CASE WHEN regexp_full_match({s}, ?) THEN CAST({s} AS HUGEINT) END AS v{i}"
+                        f"CASE WHEN regexp_full_match({s}, ?) "
+                        f"THEN CAST(regexp_replace({s}, ?, '') AS HUGEINT) END AS v{i}"
                     )
-                    params.extend((WHITESPACE, INT_PATTERN, WHITESPACE))
+                    params.extend((WHITESPACE, INT_TEXT_PATTERN, WHITESPACE, ZERO_FRACTION))
                 if attr.missing is None:
                     outer.append(f"CASE WHEN v{i} BETWEEN ? AND ? THEN v{i} - ? END AS c{i}")
                     outer_params.extend((attr.min, attr.max, attr.min))
@@ -419,6 +423,10 @@ class Loader:
         for i in range(n_attr):
             aggs.append(f"count(*) FILTER (WHERE c{i} IS NULL)")
             aggs.append(f"min(__row) FILTER (WHERE c{i} IS NULL)")
+        checked = [
+            f"c{i} IS NULL" for i, a in enumerate(schema.attributes) if a.name not in replace
+        ]
+        aggs.append(f"count(*) FILTER (WHERE {' OR '.join(checked) or 'false'})")
         if privacy_unit is not None:
             aggs.append("count(*) FILTER (WHERE __id IS NULL)")
             aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
@@ -436,6 +444,12 @@ class Loader:
             else:
                 bad.append((i, n_bad, int(first)))
         id_bad = None
+        if on_invalid == "drop":
+            invalid_rows = int(stats[1 + 2 * n_attr])
+            check_dropped(
+                self.source, schema, [(i, n) for i, n, _ in bad], invalid_rows, rows_read,
+                max_dropped,
+            )  # fmt: skip
         if privacy_unit is not None and int(stats[-2]):
             id_bad = (int(stats[-2]), int(stats[-1]))
         if on_invalid == "error":

@@ -160,6 +160,7 @@ class SparkBackend:
         spark: SparkSession | str | None = None,
         name: str = "data",
         show_values: bool = True,
+        max_dropped: float = 0.05,
     ) -> SparkBackend:
         """Load, validate and encode a table on Spark.
 
@@ -191,6 +192,7 @@ class SparkBackend:
             name=name,
             show_values=show_values,
             unit_key=unit_key,
+            max_dropped=max_dropped,
         )
         if columns is not None and not isinstance(data, str | Path):
             raise InvalidParameter("columns= applies to CSV files only")

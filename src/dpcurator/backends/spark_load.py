@@ -20,11 +20,13 @@ import numpy as np
 
 from dpcurator.backends._validation import (
     INT64,
-    INT_PATTERN,
+    INT_TEXT_PATTERN,
     NOT_SHOWN,
     WHITESPACE,
+    ZERO_FRACTION,
     LoadOptions,
     LoadReport,
+    check_dropped,
     column_count_message,
     duplicate_column_message,
     first_line,
@@ -446,7 +448,8 @@ class Loader:
             )
             return F.when(ok, d.cast("bigint").cast(DECIMAL))
         s = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-        return F.when(s.rlike(r"\A" + INT_PATTERN + r"\z"), s.cast(DECIMAL))
+        exact = F.regexp_replace(s, ZERO_FRACTION, "")  # 517.0, as pandas writes 517
+        return F.when(s.rlike(r"\A" + INT_TEXT_PATTERN + r"\z"), exact.cast(DECIMAL))
 
     def encode(self) -> tuple[DataFrame, LoadReport]:
         opts = self.opts
@@ -595,6 +598,10 @@ class Loader:
                 assert unit is not None
                 raise DataError(missing_id_message(self.source, unit[0], id_bad[0], id_bad[1]))
 
+        def check(dropped: int) -> None:
+            listed = [(j, n) for j, n, _, _ in bad_attrs]
+            check_dropped(self.source, schema, listed, dropped, rows_read, opts.max_dropped)
+
         # Final table: replacements, the drop rule, then the privacy unit's choice.
         final_cols = []
         for i, attr in enumerate(schema.attributes):
@@ -622,6 +629,8 @@ class Loader:
             )
             dropped_unit = missing_ids + report.dropped_by_cap
             drop = opts.on_invalid == "drop"
+            if drop:
+                check(rows_read - dropped_unit - report.rows)
             return final, LoadReport(
                 rows_read=rows_read,
                 rows=report.rows,
@@ -638,6 +647,8 @@ class Loader:
             ]
         )
         kept, n_rows = int(got[0]), int(got[1])
+        if opts.on_invalid == "drop":
+            check(kept - n_rows)
         if kept != n_rows:
             final = self._persist(pre.where(F.col("__ok")).select(*names), keep=True)
             self._run(final.count)

@@ -18,7 +18,17 @@ from collections.abc import Sequence
 from dpcurator.errors import DpCuratorError
 
 #: Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ("account", "overlap", "answer", "demo", "serve", "analysts", "ledger", "units")
+SUBCOMMANDS = (
+    "account",
+    "overlap",
+    "answer",
+    "demo",
+    "serve",
+    "analysts",
+    "ledger",
+    "units",
+    "schema",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +42,8 @@ class _Parser(argparse.ArgumentParser):
 #: Library phrasings of loading options, and what they are called on the command line.
 _CLI_TERMS = (
     (re.compile(r"on_invalid='drop'"), "--on-invalid drop"),
+    (re.compile(r"\bmax_dropped="), "--max-dropped "),
+    (re.compile(r"\bmax_dropped\b"), "--max-dropped"),
     (re.compile(r"on_invalid=\S*"), "--on-invalid"),
     (re.compile(r"replace=\{attribute: value\}"), "--replace ATTRIBUTE=VALUE"),
     (re.compile(r"\breplace: "), "--replace: "),

@@ -440,6 +440,10 @@ def run(args: argparse.Namespace) -> int:
             **options.backend_options(args),
         ) as cur:
             warn_unanchored(cur.ledger)
+            # What loading dropped, said before anything is charged (all used: nothing).
+            dropped = {k: r for k, r in cur.load_reports().items() if r and r.rows != r.rows_read}
+            for line in load_report.lines(dropped, unit):
+                print(f"data: {line}", file=sys.stderr)
             bar.step("planning, charging, counting, noise")
             plan, answers = cur.release_workload(
                 workload,

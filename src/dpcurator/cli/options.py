@@ -40,6 +40,14 @@ def add_loading(p: argparse.ArgumentParser) -> None:
         help="rows with values outside the schema: stop (default) or drop them",
     )
     ld.add_argument(
+        "--max-dropped",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="with --on-invalid drop: refuse the data (charge nothing) when more than SHARE "
+        "of the rows would be dropped, e.g. 0.05 or 5%% (default 5%%)",
+    )
+    ld.add_argument(
         "--replace",
         action="append",
         default=[],
@@ -144,6 +152,20 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"backend": backend, "spark": master}
 
 
+def _share(text: str) -> float:
+    """A share as ``0.05`` or ``5%``."""
+    t = text.strip()
+    try:
+        x = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a share such as 0.05 or 5%, got {text!r}"
+        ) from None
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1 (0% to 100%), got {text!r}")
+    return x
+
+
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.skip < 0:
         raise InvalidParameter(f"--skip must be >= 0, got {args.skip}")
@@ -155,6 +177,8 @@ def load_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["columns"] = cols
     if args.on_invalid == "drop":
         opts["on_invalid"] = "drop"
+    if getattr(args, "max_dropped", None) is not None:
+        opts["max_dropped"] = args.max_dropped
     replace = {}
     for item in getattr(args, "replace", None) or []:
         attr, eq, value = item.partition("=")

@@ -254,6 +254,10 @@ def _budget(args: argparse.Namespace, cfg: dict[str, Any]) -> object:
     return options.budget_from(args)
 
 
+#: The loading options a ``[tables.NAME]`` section may set.
+_LOAD_KEYS = ("separator", "header", "columns", "skip", "on_invalid", "max_dropped")
+
+
 def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[Any, Any, dict]]:
     """{name: (data, schema, load options)} from the flags or the config."""
     if args.data is not None or args.schema is not None:
@@ -269,10 +273,10 @@ def _tables(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, tuple[An
     for name, t in tables.items():
         if not isinstance(t, dict) or "data" not in t or "schema" not in t:
             raise InvalidParameter(f"--config: [tables.{name}] needs data and schema")
-        extra = set(t) - {"data", "schema", "separator", "header", "columns", "skip", "on_invalid"}
+        extra = set(t) - {"data", "schema", *_LOAD_KEYS}
         if extra:
             raise InvalidParameter(f"--config: unknown key [tables.{name}] {sorted(extra)[0]}")
-        load = {k: t[k] for k in ("separator", "header", "columns", "skip", "on_invalid") if k in t}
+        load = {k: t[k] for k in _LOAD_KEYS if k in t}
         out[name] = (t["data"], t["schema"], load)
     return out
 
