@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpcurator.curator.stores.sqlite import fsync_dir
 from dpcurator.errors import LedgerError
 
 #: How much of the file's end is read: about 300 entries, far more than concurrent
@@ -158,7 +159,7 @@ class Anchor:
             if st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n":
                 os.write(fd, b"\n")  # a line cut short by a crash: end it, so it is skipped
             if not existed:
-                _fsync_dir(Path(self.path).absolute().parent)
+                fsync_dir(Path(self.path).absolute().parent)
         except OSError:
             os.close(fd)
             raise
@@ -203,15 +204,3 @@ def problem(
             )
     return None
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -233,7 +233,7 @@ def write_copy(
                 raise LedgerError(
                     f"{label} {dst}: the file exists; refusing to overwrite it"
                 ) from None
-        _fsync_dir(dst.parent)
+        fsync_dir(dst.parent)
     except OSError as err:
         raise LedgerError(f"{label} {dst}: {err.strerror or err}") from None
     finally:
@@ -335,7 +335,7 @@ def _create(path: Path, meta: Sequence[tuple[str, str]]) -> None:
         except OSError:
             if not path.exists():  # a file system without hard links
                 os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except (OSError, sqlite3.DatabaseError) as err:
         raise LedgerError(f"ledger {path}: cannot be created: {err}") from None
     finally:
@@ -358,7 +358,9 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a file's creation or rename in ``path`` durable (best effort: some file
+    systems refuse to fsync a directory)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
