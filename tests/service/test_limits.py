@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -340,7 +341,11 @@ def test_many_lines_of_grouped_means_are_413_quickly(tmp_path: Path) -> None:
         with s.http("ann") as h:  # the dashboard labels the groups it shows
             (shown,) = h.get("/v1/dashboard/answers").json()["answers"]
         assert shown["cells_total"] == 120 * 148
-        assert [c["label"] for c in shown["cells"][:2]] == ["a = 0 AND b = 0", "a = 0 AND b = 1"]
+        # labelled in the groups' order (small groups, with no value to show, left out)
+        labels = [c["label"] for c in shown["cells"]]
+        pairs = [tuple(int(x) for x in re.fullmatch(r"a = (\d+) AND b = (\d+)", t).groups())
+                 for t in labels]  # fmt: skip
+        assert pairs and pairs == sorted(set(pairs))
 
 
 def test_the_whole_request_limit_from_the_config(tmp_path: Path) -> None:

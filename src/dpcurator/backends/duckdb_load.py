@@ -426,7 +426,10 @@ class Loader:
         checked = [
             f"c{i} IS NULL" for i, a in enumerate(schema.attributes) if a.name not in replace
         ]
-        aggs.append(f"count(*) FILTER (WHERE {' OR '.join(checked) or 'false'})")
+        # rows the drop rule removes for their values: a row without a unit id is the
+        # unit's to drop (and counted there), as Spark counts it
+        no_id = " AND __id IS NOT NULL" if privacy_unit is not None else ""
+        aggs.append(f"count(*) FILTER (WHERE ({' OR '.join(checked) or 'false'}){no_id})")
         if privacy_unit is not None:
             aggs.append("count(*) FILTER (WHERE __id IS NULL)")
             aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
