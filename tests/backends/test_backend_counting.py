@@ -209,7 +209,7 @@ def test_clipped_sum_matches_pandas(loaded, attribute, lower, upper, where):
 
 def test_clipped_sum_rejects_bad_parameters(loaded):
     backend, _ = loaded
-    with pytest.raises(InvalidParameter, match="not an integer attribute"):
+    with pytest.raises(InvalidParameter, match="not an integer or float attribute"):
         backend.clipped_sum("b", 0, 1)
     with pytest.raises(InvalidParameter, match="unknown attribute"):
         backend.clipped_sum("zz", 0, 1)

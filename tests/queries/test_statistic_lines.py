@@ -78,9 +78,9 @@ def test_missing_values_are_not_read():
     "line, message",
     [
         ("mean(age, 0)", "takes mean(attribute, lower, upper"),
-        ("mean(sex, 0, 1)", "integer attribute"),
+        ("mean(sex, 0, 1)", "integer or float attribute"),
         ("mean(age, 5, 5)", "lower < upper"),
-        ("mean(age, 0, 1.5)", "must be an integer"),
+        ("mean(age, 0, x)", "upper must be a number"),
         ("mean(nope, 0, 1)", "unknown attribute"),
         ("mean(age, 0, 10, candidates=[1])", "no candidates"),
         ("quantile(age, 1.5)", "[0, 1]"),

@@ -21,11 +21,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dpcurator.backends._validation import ClipPlan, clip_plan, is_integer
-from dpcurator.errors import InvalidParameter
+from dpcurator.errors import InvalidParameter, QueryError
+from dpcurator.queries.parts import GroupTerm, group_term
 from dpcurator.queries.schema import Schema
 
 #: Most group cells one request may ask for (every cell is materialised).
@@ -37,45 +39,77 @@ MAX_SQUARED_SPAN = 2**32
 
 @dataclass(frozen=True)
 class Groups:
-    """The ``by`` attributes: their schema positions and domain sizes."""
+    """The ``by`` group terms (attributes, or parts of times: see
+    :mod:`dpcurator.queries.parts`): the distinct attributes the engine groups by
+    (``indices``, schema positions) and the number of groups of each term."""
 
+    terms: tuple[GroupTerm, ...]
     indices: tuple[int, ...]
     sizes: tuple[int, ...]
+    #: For each term, its attribute's place in ``indices``.
+    places: tuple[int, ...] = ()
 
     @property
     def cells(self) -> int:
         return math.prod(self.sizes)
 
     def cell_of(self, codes: Sequence[np.ndarray]) -> np.ndarray:
-        """The cell number of each row of per-attribute codes."""
-        if not self.indices:
+        """The cell number of each row of per-attribute codes (one array per index)."""
+        if not self.terms:
             n = len(codes[0]) if codes else 0
             return np.zeros(n, dtype=np.int64)
-        return np.ravel_multi_index(tuple(np.asarray(c, np.int64) for c in codes), self.sizes)
+        arrays = [np.asarray(c, np.int64) for c in codes]
+        groups = tuple(t.group_of(arrays[p]) for t, p in zip(self.terms, self.places, strict=True))
+        return np.ravel_multi_index(groups, self.sizes)
+
+    def with_column(self, j: int) -> tuple[list[int], int]:
+        """The attributes to group by with attribute ``j`` also kept (once), and where
+        ``j`` is among them."""
+        cols = list(self.indices)
+        if j not in cols:
+            cols.append(j)
+        return cols, cols.index(j)
 
 
 def groups(schema: Schema, by: object) -> Groups:
-    """The checked ``by`` attributes (a list or tuple of distinct names, possibly empty)."""
+    """The checked ``by`` terms (a list or tuple of distinct attribute names or parts
+    such as ``month(time_hour)``, possibly empty)."""
     if isinstance(by, str) or not isinstance(by, list | tuple):
         raise InvalidParameter(f"by must be a list of attribute names, got {type(by).__name__}")
     names = list(by)
+    terms: list[GroupTerm] = []
     for n in names:
-        if not isinstance(n, str) or n not in schema:
+        if not isinstance(n, str):
             raise InvalidParameter(f"unknown attribute {n!r} in by")
-    if len(set(names)) != len(names):
+        try:
+            terms.append(group_term(schema, n))
+        except QueryError:
+            raise InvalidParameter(f"unknown attribute {n!r} in by") from None
+    if len({t.text for t in terms}) != len(terms):
         raise InvalidParameter("by names an attribute twice")
-    idx = tuple(schema.index(n) for n in names)
-    sizes = tuple(schema.attributes[j].size for j in idx)
+    idx: list[int] = []
+    places = []
+    for t in terms:
+        j = schema.index(t.attribute.name)
+        if j not in idx:
+            idx.append(j)
+        places.append(idx.index(j))
+    sizes = tuple(t.groups for t in terms)
     if math.prod(sizes) > MAX_CELLS:
         raise InvalidParameter(f"by makes {math.prod(sizes)} group cells, over {MAX_CELLS}")
-    return Groups(idx, sizes)
+    return Groups(tuple(terms), tuple(idx), sizes, tuple(places))
 
 
 def moments_plan(
-    schema: Schema, attribute: object, lower: object, upper: object, squares: bool
+    schema: Schema,
+    attribute: object,
+    lower: object,
+    upper: object,
+    squares: bool,
+    unit: object = 1,
 ) -> ClipPlan:
-    plan = clip_plan(schema, attribute, lower, upper)
-    if squares and plan.constant is None and plan.high - plan.low >= MAX_SQUARED_SPAN:
+    plan = clip_plan(schema, attribute, lower, upper, unit)
+    if squares and plan.constant is None and plan.span >= MAX_SQUARED_SPAN:
         raise InvalidParameter(
             f"sums of squares need a clipped range of width below {MAX_SQUARED_SPAN}"
         )
@@ -96,7 +130,7 @@ def moments(
     n = np.zeros(cells, dtype=object)
     s1 = np.zeros(cells, dtype=object)
     s2 = np.zeros(cells, dtype=object) if squares is not None else None
-    base = plan.constant if plan.constant is not None else plan.offset + plan.low
+    base = plan.constant if plan.constant is not None else plan.base
     for i, c in enumerate(cell.tolist()):
         k = int(count[i])
         d1 = 0 if plan.constant is not None or offsets[i] is None else int(offsets[i])  # type: ignore[arg-type]
@@ -126,9 +160,11 @@ def moments_from_counts(
     d = clip(code, low, high) - low are summed here, in exact Python integers."""
     code = np.asarray(code, dtype=np.int64)
     if plan.constant is not None:
-        d = np.zeros(code.size, dtype=np.int64)
+        d: Any = np.zeros(code.size, dtype=np.int64)
+    elif plan.scale * HISTOGRAM_VALUES + abs(plan.shift) < 2**62:  # int64 is exact
+        d = np.clip(code * plan.scale + plan.shift, 0, plan.span)
     else:
-        d = np.clip(code, plan.low, plan.high) - plan.low
+        d = np.asarray(plan.offsets(code.tolist()), dtype=object)
     n = np.zeros(cells, dtype=object)
     s1 = np.zeros(cells, dtype=object)
     s2 = np.zeros(cells, dtype=object)

@@ -15,6 +15,8 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -516,25 +518,50 @@ class QueryChecker:
 
 @dataclass(frozen=True)
 class ClipPlan:
-    """How to compute ``sum(clip(value, lower, upper))`` over the rows of a table whose
-    attribute ``index`` stores codes ``value - attr.min`` in ``[0, size)``.
+    """How to compute ``sum(clip(value, lower, upper))`` exactly, in a ``unit`` (1 for
+    integers; ``0.1`` for a float on a step of 0.1, or finer for finer bounds), over the
+    rows of a table whose attribute ``index`` stores codes in ``[0, size)``.
 
-    ``constant`` is not None when the bounds put every value on one side: the sum is
-    ``count * constant``. Otherwise the engine sums ``clip(code, low, high)`` (codes are
-    below 2^63 and ``count * high`` below 2^127, so a 128-bit or ``DECIMAL(38, 0)`` sum
-    is exact) and the sum is ``count * offset + code_sum`` (:meth:`total`).
+    In units, a row's value is ``scale * code + first`` and the bounds are integers, so
+    the engine sums the integer *offsets* ``d = clip(scale * code + shift, 0, span)``
+    (``shift = first - base``), each in ``[0, span]``, and the clipped value is
+    ``base + d`` (:meth:`total`). ``constant`` is not None when the bounds put every
+    value on one side: the sum is then ``count * constant``. With ``scale == 1`` the
+    offset is ``clip(code, low, high) - low`` (:attr:`low`, :attr:`high`: codes below
+    2^63), which engines compute in 64 bits.
     """
 
     index: int
     constant: int | None
-    low: int
-    high: int
-    offset: int
+    scale: int
+    shift: int
+    span: int
+    base: int
 
-    def total(self, count: int, code_sum: int | None) -> int:
+    @property
+    def low(self) -> int:
+        """With ``scale == 1``: the code clipped up to (the lower bound's)."""
+        return -self.shift
+
+    @property
+    def high(self) -> int:
+        """With ``scale == 1``: the code clipped down to (the upper bound's)."""
+        return self.span - self.shift
+
+    def offsets(self, codes: Sequence[int]) -> list[int]:
+        """The offsets ``d`` of codes, in exact Python integers."""
+        return [min(max(self.scale * c + self.shift, 0), self.span) for c in codes]
+
+    def total(self, count: int, offset_sum: int | None) -> int:
         if self.constant is not None:
             return count * self.constant
-        return count * self.offset + (0 if code_sum is None else code_sum)
+        return count * self.base + (0 if offset_sum is None else offset_sum)
+
+
+#: The largest scale and shift of a clipped sum (an engine computes ``scale * code +
+#: shift`` with codes below 2^62 in 128-bit arithmetic).
+MAX_SCALE = 2**62
+MAX_SHIFT = 2**125
 
 
 def summed_rows(preds: Coverages, schema: Schema, j: int) -> Coverages | None:
@@ -554,27 +581,64 @@ def summed_rows(preds: Coverages, schema: Schema, j: int) -> Coverages | None:
     return tuple(sorted(out.items()))
 
 
-def clip_plan(schema: Schema, attribute: object, lower: object, upper: object) -> ClipPlan:
-    """Check a clipped sum's arguments and reduce it to sums of codes.
+def clip_plan(
+    schema: Schema, attribute: object, lower: object, upper: object, unit: object = 1
+) -> ClipPlan:
+    """Check a clipped sum's arguments and reduce it to integer offsets (see
+    :class:`ClipPlan`).
 
-    Every value is ``attr.min + code`` with ``0 <= code < size <= 2^63 - 1``. Bounds
-    outside ``[min, max]`` are moved onto it (``clip(v, lo, hi)`` is unchanged for ``v``
-    in ``[min, max]``), so the engine only clips and sums codes, and the rest is exact
-    Python arithmetic.
+    ``unit`` (a positive exact number; 1 by default) is what the sum is counted in: every
+    value of the attribute and both bounds must be whole multiples of it (an integer
+    attribute with integer bounds in 1; a float with a step of 0.1 in 0.1 or any tenth
+    of it). Bounds outside the values are moved onto them (``clip(v, lo, hi)`` is
+    unchanged for every value), so the engine only clips and sums offsets, and the rest
+    is exact Python arithmetic.
     """
     if not isinstance(attribute, str) or attribute not in schema:
         raise InvalidParameter(f"unknown attribute {attribute!r}")
     j = schema.index(attribute)
     attr = schema.attributes[j]
-    if attr.type != "integer":
-        raise InvalidParameter(f"attribute {attribute!r} is not an integer attribute")
+    if not attr.numeric:
+        raise InvalidParameter(f"attribute {attribute!r} is not an integer or float attribute")
+    u = _exact(unit)
+    if u is None or u <= 0:
+        raise InvalidParameter(f"unit must be a positive exact number, got {unit!r}")
+    ends: list[int] = []
     for label, b in (("lower", lower), ("upper", upper)):
-        if not is_integer(b):
+        x = _exact(b) if not (u == 1 and attr.type == "integer") or is_integer(b) else None
+        if x is None:
             raise InvalidParameter(f"{label} clipping bound must be an integer, got {b!r}")
-    lo, hi = int(lower), int(upper)  # type: ignore[call-overload]
+        if (x / u).denominator != 1:
+            raise InvalidParameter(
+                f"{label} clipping bound {b!r} is not a whole number of units of {u}"
+            )
+        ends.append(int(x / u))
+    lo, hi = ends
     if lo > hi:
-        raise InvalidParameter(f"lower bound {lo} is greater than upper bound {hi}")
-    if lo >= attr.max or hi <= attr.min:
-        return ClipPlan(j, lo if lo >= attr.max else hi, 0, 0, attr.min)
-    low, high = max(lo, attr.min) - attr.min, min(hi, attr.max) - attr.min
-    return ClipPlan(j, None, low, high, attr.min)
+        raise InvalidParameter(f"lower bound {lower} is greater than upper bound {upper}")
+    grid = attr.grid
+    assert grid is not None
+    first_v, step_v = grid[0] * grid[1] / u, grid[1] / u
+    if first_v.denominator != 1 or step_v.denominator != 1:
+        raise InvalidParameter(f"the values of {attribute!r} are not whole numbers of units of {u}")
+    first, scale = int(first_v), int(step_v)
+    last = first + scale * (attr.value_count - 1)
+    if scale >= MAX_SCALE or max(abs(first), abs(last)) >= MAX_SHIFT:
+        raise InvalidParameter(f"the values of {attribute!r} are too large in units of {u}")
+    if lo >= last or hi <= first:
+        return ClipPlan(j, lo if lo >= last else hi, scale, 0, 0, 0)
+    base, top = max(lo, first), min(hi, last)
+    return ClipPlan(j, None, scale, first - base, top - base, base)
+
+
+def _exact(x: object) -> Fraction | None:
+    """An exact number: an integer (Python's or numpy's), a Fraction, or a Decimal."""
+    if isinstance(x, bool):
+        return None
+    if is_integer(x):
+        return Fraction(int(x))  # type: ignore[call-overload]
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, Decimal) and x.is_finite():
+        return Fraction(x)
+    return None

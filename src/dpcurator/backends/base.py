@@ -38,9 +38,14 @@ class Backend(Protocol):
         lower: int,
         upper: int,
         where: Query | None = None,
+        *,
+        unit: object = 1,
     ) -> int:
-        """Sum of ``min(max(value, lower), upper)`` of an integer attribute over the rows
-        satisfying ``where`` (all rows if ``None``), as an exact Python ``int``.
+        """Sum of ``min(max(value, lower), upper)`` of an integer or float attribute
+        over the rows satisfying ``where`` (all rows if ``None``), as an exact Python
+        ``int``, counted in ``unit``: 1 for integers; for a float, a positive exact
+        number (its step, or a power of ten below it) of which every value and both
+        bounds are whole multiples, the bounds given in that unit.
 
         The bounds are integers of any size (not bools, not floats); the sum is never
         rounded, so the sensitivity ``max(|lower|, |upper|)`` the curator calibrates the
@@ -56,11 +61,15 @@ class Backend(Protocol):
         where: Query | None = None,
         by: Sequence[str] = (),
         squares: bool = True,
+        *,
+        unit: object = 1,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Per group cell of ``by`` (every combination of their values, in
-        :func:`itertools.product` order; one cell without ``by``): the number of rows
-        satisfying ``where``, the sum of ``min(max(value, lower), upper)`` and, with
-        ``squares``, the sum of its squares, as ``object`` arrays of exact Python ints."""
+        """Per group cell of ``by`` (attribute names or parts of times such as
+        ``month(t)``: every combination of their groups, in :func:`itertools.product`
+        order; one cell without ``by``): the number of rows satisfying ``where``, the sum
+        of ``min(max(value, lower), upper)`` and, with ``squares``, the sum of its
+        squares, counted in ``unit`` (see :meth:`clipped_sum`), as ``object`` arrays of
+        exact Python ints."""
         ...
 
     def binned_counts(

@@ -26,6 +26,7 @@ from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_sql, ident
 from dpcurator.backends._validation import (
+    ClipPlan,
     Coverages,
     LoadReport,
     QueryChecker,
@@ -362,26 +363,40 @@ class DuckDBBackend:
         lower: int,
         upper: int,
         where: Query | None = None,
+        *,
+        unit: object = 1,
     ) -> int:
         """Exact sum (a Python ``int``) over the rows satisfying ``where`` of
-        ``min(max(value, lower), upper)``; the bounds are integers of any size.
-        Thread-safe, like :meth:`counts`."""
+        ``min(max(value, lower), upper)``, counted in ``unit`` (1; a float attribute's
+        step or a tenth of it: then the bounds are in that unit too); the bounds are
+        integers of any size. Thread-safe, like :meth:`counts`."""
+        plan = clip_plan(self.schema, attribute, lower, upper, unit)
         if isinstance(where, BooleanQuery):  # disjoint boxes: their sums add up
             parts = unions.boxes(where)
             with self._reader() as con:
-                return sum(self._clipped_sum(con, attribute, lower, upper, b) for b in parts)
+                return sum(self._clipped_sum(con, plan, b) for b in parts)
         with self._reader() as con:
-            return self._clipped_sum(con, attribute, lower, upper, where)
+            return self._clipped_sum(con, plan, where)
+
+    def _offset_sql(self, plan: ClipPlan) -> str:
+        """SQL of a row's offset ``d`` (see :class:`ClipPlan`), a HUGEINT."""
+        col = self._columns[plan.index]
+        if plan.scale == 1:
+            return (
+                f"(least(greatest(CAST({col} AS HUGEINT), CAST({plan.low} AS HUGEINT)), "
+                f"CAST({plan.high} AS HUGEINT)) - CAST({plan.low} AS HUGEINT))"
+            )
+        return (
+            f"least(greatest(CAST({col} AS HUGEINT) * CAST({plan.scale} AS HUGEINT) + "
+            f"CAST({plan.shift} AS HUGEINT), CAST(0 AS HUGEINT)), CAST({plan.span} AS HUGEINT))"
+        )
 
     def _clipped_sum(
         self,
         con: duckdb.DuckDBPyConnection,
-        attribute: str,
-        lower: int,
-        upper: int,
+        plan: ClipPlan,
         where: Query | None,
     ) -> int:
-        plan = clip_plan(self.schema, attribute, lower, upper)
         preds: Coverages | None = () if where is None else self._checker.check(where)
         if preds is not None:
             preds = summed_rows(preds, self.schema, plan.index)
@@ -394,19 +409,16 @@ class DuckDBBackend:
                 return plan.total(self._rows, None)
             row = con.execute(f"SELECT count(*) FROM {table} WHERE {cond}", params)
             return plan.total(int(row.fetchall()[0][0]), None)
-        # count * high < 2^64 * 2^63: the HUGEINT sum cannot overflow (checked anyway).
-        if self._rows * plan.high >= _HUGEINT:
+        # count * span < 2^64 * 2^63: the HUGEINT sum cannot overflow (checked anyway).
+        if self._rows * plan.span >= _HUGEINT:
+            name = self.schema.attributes[plan.index].name
             raise InvalidParameter(
-                f"clipped sum of {attribute!r} could overflow 128-bit integers "
-                f"(clipped codes up to {plan.high})"  # no row count: it is the data's
+                f"clipped sum of {name!r} could overflow 128-bit integers "
+                f"(clipped offsets up to {plan.span})"  # no row count: it is the data's
             )
-        col = self._columns[plan.index]
-        sql = (
-            f"SELECT count(*), sum(least(greatest(CAST({col} AS HUGEINT), CAST(? AS HUGEINT)), "
-            f"CAST(? AS HUGEINT))) FROM {table} WHERE {cond}"
-        )
-        n, codes = con.execute(sql, [plan.low, plan.high, *params]).fetchall()[0]
-        return plan.total(int(n), None if codes is None else int(codes))
+        sql = f"SELECT count(*), sum({self._offset_sql(plan)}) FROM {table} WHERE {cond}"
+        n, offsets = con.execute(sql, params).fetchall()[0]
+        return plan.total(int(n), None if offsets is None else int(offsets))
 
     def _cover(self, where: Query | None) -> tuple[str, list[int]] | None:
         """The SQL condition of ``where`` (a union's disjoint boxes OR-ed), or None when
@@ -444,12 +456,15 @@ class DuckDBBackend:
         where: Query | None = None,
         by: Sequence[str] = (),
         squares: bool = True,
+        *,
+        unit: object = 1,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Per group cell of ``by`` (see :mod:`dpcurator.backends._grouping`): the exact
         number of rows satisfying ``where``, the sum of ``clip(value, lower, upper)`` and
-        (``squares``) the sum of its squares, as ``object`` arrays of Python integers.
-        One scan. Thread-safe, like :meth:`counts`."""
-        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares)
+        (``squares``) the sum of its squares, counted in ``unit`` (see
+        :meth:`clipped_sum`), as ``object`` arrays of Python integers. One scan.
+        Thread-safe, like :meth:`counts`."""
+        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares, unit)
         g = _grouping.groups(self.schema, by)
         cond = self._cover(where)
         if cond is None:
@@ -457,12 +472,12 @@ class DuckDBBackend:
                 plan, g.cells, np.zeros(0, np.int64), [], [], [] if squares else None
             )
         keys = [self._columns[j] for j in g.indices]
-        col = self._columns[plan.index]
         if self.schema.attributes[plan.index].size <= _grouping.HISTOGRAM_VALUES:
-            cols = ", ".join([*keys, col])
+            cols, at = g.with_column(plan.index)
+            listed = ", ".join(self._columns[j] for j in cols)
             sql = (
-                f"SELECT {cols}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
-                f"GROUP BY {cols}"
+                f"SELECT {listed}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
+                f"GROUP BY {listed}"
             )
             with self._reader() as con:
                 res = con.execute(sql, cond[1]).fetchnumpy()
@@ -472,12 +487,9 @@ class DuckDBBackend:
             if not keys:
                 cells = np.zeros(len(res[names[-1]]), np.int64)
             return _grouping.moments_from_counts(
-                plan, g.cells, cells, res[names[k]], res[names[k + 1]], squares
+                plan, g.cells, cells, res[names[at]], res[names[-1]], squares
             )
-        d = (
-            f"(least(greatest(CAST({col} AS HUGEINT), CAST({plan.low} AS HUGEINT)), "
-            f"CAST({plan.high} AS HUGEINT)) - CAST({plan.low} AS HUGEINT))"
-        )
+        d = self._offset_sql(plan)
         aggs = ["count(*) AS n", f"sum({d}) AS s1"]
         if squares:
             aggs.append(f"sum({d} * {d}) AS s2")
@@ -514,19 +526,20 @@ class DuckDBBackend:
         cond = self._cover(where)
         if cond is None:
             return np.zeros((g.cells, len(e) - 1), np.int64)
-        keys = [self._columns[i] for i in g.indices]
-        cols = ", ".join([*keys, self._columns[j]])
+        cols, at = g.with_column(j)
+        listed = ", ".join(self._columns[i] for i in cols)
         sql = (
-            f"SELECT {cols}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} GROUP BY {cols}"
+            f"SELECT {listed}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
+            f"GROUP BY {listed}"
         )
         with self._reader() as con:
             res = con.execute(sql, cond[1]).fetchnumpy()
         names = list(res)
-        k = len(keys)
+        k = len(g.indices)
         cells = g.cell_of([np.asarray(res[names[i]], np.int64) for i in range(k)])
-        if not keys:
+        if not k:
             cells = np.zeros(len(res[names[-1]]), np.int64)
-        return _grouping.bin_counts(g.cells, e, cells, res[names[k]], res[names[k + 1]])
+        return _grouping.bin_counts(g.cells, e, cells, res[names[at]], res[names[-1]])
 
     def close(self) -> None:
         """Close the connection if the backend opened it, else drop its table.

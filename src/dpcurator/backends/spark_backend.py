@@ -37,6 +37,7 @@ from dpcurator.backends._validation import (
     LoadReport,
     QueryChecker,
     check_load_options,
+    ClipPlan,
     clip_plan,
     summed_rows,
 )
@@ -454,10 +455,14 @@ class SparkBackend:
         lower: int,
         upper: int,
         where: Query | None = None,
+        *,
+        unit: object = 1,
     ) -> int:
         """Exact sum (a Python ``int``) over the rows satisfying ``where`` of
-        ``min(max(value, lower), upper)``; the bounds are integers of any size. A
-        :class:`BooleanQuery` sums over its disjoint boxes, in one Spark query."""
+        ``min(max(value, lower), upper)``, counted in ``unit`` (as DuckDB's); the bounds
+        are integers of any size. A :class:`BooleanQuery` sums over its disjoint boxes,
+        in one Spark query."""
+        plan = clip_plan(self.schema, attribute, lower, upper, unit)
         if isinstance(where, BooleanQuery):
             parts: tuple[Any, ...] = unions.boxes(where)
             if not parts:
@@ -465,12 +470,22 @@ class SparkBackend:
         else:
             parts = (where,)
         with self._reader() as df:
-            return self._clipped_sum(df, attribute, lower, upper, parts)
+            return self._clipped_sum(df, plan, parts)
 
-    def _clipped_sum(
-        self, df: DataFrame, attribute: str, lower: int, upper: int, parts: tuple[Any, ...]
-    ) -> int:
-        plan = clip_plan(self.schema, attribute, lower, upper)
+    def _offset(self, plan: ClipPlan) -> Column:
+        """A row's offset ``d`` (see :class:`ClipPlan`) as DECIMAL(38, 0)."""
+        col = F.col(self._columns[plan.index]).cast("bigint")
+        if plan.scale == 1:  # codes below 2^63: in 64 bits
+            return (
+                F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high)) - F.lit(plan.low)
+            ).cast(DECIMAL)
+        scaled = col.cast(DECIMAL) * F.lit(plan.scale).cast(DECIMAL) + F.lit(plan.shift).cast(
+            DECIMAL
+        )
+        zero = F.lit(0).cast(DECIMAL)
+        return F.least(F.greatest(scaled.cast(DECIMAL), zero), F.lit(plan.span).cast(DECIMAL))
+
+    def _clipped_sum(self, df: DataFrame, plan: ClipPlan, parts: tuple[Any, ...]) -> int:
         boxes: list[Coverages] = []
         for q in parts:
             preds: Coverages | None = () if q is None else self._checker.check(q)
@@ -487,11 +502,9 @@ class SparkBackend:
         if plan.constant is not None:
             n = self._rows if rows is df else rows.count()
             return plan.total(n, None)
-        # Codes are below 2^63 and there are fewer than 2^63 rows: the DECIMAL(38, 0) sum
-        # (up to 10^38 - 1 > 2^126) is exact and cannot overflow.
-        col = F.col(self._columns[plan.index]).cast("bigint")
-        clipped = F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high))
-        got = rows.agg(F.count(F.lit(1)), F.sum(clipped.cast(DECIMAL))).collect()[0]
+        # Offsets are below 2^63 and there are fewer than 2^63 rows: the DECIMAL(38, 0)
+        # sum (up to 10^38 - 1 > 2^126) is exact and cannot overflow.
+        got = rows.agg(F.count(F.lit(1)), F.sum(self._offset(plan))).collect()[0]
         return plan.total(int(got[0]), None if got[1] is None else int(got[1]))
 
     def _covered(self, df: DataFrame, where: Query | None) -> DataFrame | None:
@@ -528,11 +541,14 @@ class SparkBackend:
         where: Query | None = None,
         by: Sequence[str] = (),
         squares: bool = True,
+        *,
+        unit: object = 1,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Per group cell of ``by``: the exact number of rows satisfying ``where``, the
-        sum of ``clip(value, lower, upper)`` and (``squares``) the sum of its squares, as
-        ``object`` arrays of Python integers; the same as DuckDB's, in one Spark query."""
-        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares)
+        sum of ``clip(value, lower, upper)`` and (``squares``) the sum of its squares,
+        counted in ``unit``, as ``object`` arrays of Python integers; the same as
+        DuckDB's, in one Spark query."""
+        plan = _grouping.moments_plan(self.schema, attribute, lower, upper, squares, unit)
         g = _grouping.groups(self.schema, by)
         with self._reader() as df:
             rows = self._covered(df, where)
@@ -541,10 +557,7 @@ class SparkBackend:
                     plan, g.cells, np.zeros(0, np.int64), [], [], [] if squares else None
                 )
             keys = [self._columns[j] for j in g.indices]
-            col = F.col(self._columns[plan.index]).cast("bigint")
-            d = (
-                F.least(F.greatest(col, F.lit(plan.low)), F.lit(plan.high)) - F.lit(plan.low)
-            ).cast(DECIMAL)
+            d = self._offset(plan)
             aggs = [F.count(F.lit(1)).alias("n"), F.sum(d).alias("s1")]
             if squares:  # offsets below 2^32: their squares and sums fit DECIMAL(38, 0)
                 aggs.append(F.sum((d * d).cast(DECIMAL)).alias("s2"))
@@ -577,13 +590,14 @@ class SparkBackend:
             rows = self._covered(df, where)
             if rows is None:
                 return np.zeros((g.cells, len(e) - 1), np.int64)
-            cols = [self._columns[i] for i in g.indices] + [self._columns[j]]
+            at_cols, at = g.with_column(j)
+            cols = [self._columns[i] for i in at_cols]
             res = _collect_arrow(rows.groupBy(*cols).agg(F.count(F.lit(1)).alias("n")))
-        k = len(cols) - 1
+        k = len(g.indices)
         cells = g.cell_of([_column(res, c) for c in cols[:k]])
         if k == 0:
             cells = np.zeros(res.num_rows, np.int64)
-        return _grouping.bin_counts(g.cells, e, cells, _column(res, cols[k]), _column(res, "n"))
+        return _grouping.bin_counts(g.cells, e, cells, _column(res, cols[at]), _column(res, "n"))
 
     def _box(self, preds: Coverages) -> Column:
         """A conjunction of coverages as one Spark condition."""

@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from dpcurator.errors import QueryError, TooLarge, WorkloadError
@@ -31,9 +32,11 @@ from dpcurator.queries.predicates import (
     Predicate,
     Query,
     complement,
+    intersect,
     normalize,
     render_name,
 )
+from dpcurator.queries.parts import PARTS, GroupTerm, Part, group_term, part_of
 from dpcurator.queries.schema import Attribute, Schema
 from dpcurator.queries.statistics import (
     STATISTIC_LINE,
@@ -41,6 +44,7 @@ from dpcurator.queries.statistics import (
     parse_statistic,
     split_arguments,
 )
+from dpcurator.queries.values import number_of, parse_boolean, parse_date, parse_instant, parse_number
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000
@@ -52,7 +56,7 @@ _TOKEN = re.compile(
     (?P<ws>\s+)
   | (?P<string>'(?:[^']|'')*')
   | (?P<qident>"(?:[^"]|"")+")
-  | (?P<decimal>-?\d+\.\d*|-?\.\d+)
+  | (?P<decimal>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.]))
   | (?P<number>-?\d+(?![\w.]))
   | (?P<op><=|>=|!=|<>|==|=|<|>)
   | (?P<punct>[(),;])
@@ -113,6 +117,21 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
 
 # An expression evaluates to a list of disjoint boxes (attribute -> coverage).
 _Boxes = list[bx.Box]
+
+
+def _same(value: Fraction | str | bool, missing: object) -> bool:
+    """Whether a literal is the attribute's missing-value marker (text, or a number)."""
+    if isinstance(value, Fraction):
+        return number_of(missing) == value if not isinstance(missing, str) else False
+    return type(value) is type(missing) and value == missing
+
+
+@dataclass(frozen=True)
+class _Term:
+    """What a predicate constrains: a column, or a part of a time column."""
+
+    attr: Attribute
+    part: Part | None
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
@@ -225,11 +244,6 @@ class _Parser:
         if tok.kind not in ("ident", "qident"):
             raise self.fail(tok, "a column name")
         name = str(tok.value)
-        if self.peek().kind == "punct" and self.peek().text == "(" and tok.kind == "ident":
-            raise QueryError(
-                f"column {tok.col}: {name}(...) is a function; functions are not predicates "
-                f"over single columns; {_SUPPORTED}"
-            )
         if name in self.schema:
             return self.schema.attribute(name)
         folded = self.schema.named_like(name)
@@ -244,6 +258,24 @@ class _Parser:
             f"column {tok.col}: unknown attribute {name!r}{_suggest(name, self.schema.names)}"
         )
 
+    def term(self, tok: _Tok) -> _Term:
+        """A column, or a part of a time column (``month(time_hour)``)."""
+        if tok.kind == "ident" and self.peek().kind == "punct" and self.peek().text == "(":
+            if tok.text.lower() not in PARTS:
+                raise QueryError(
+                    f"column {tok.col}: {tok.text}(...) is a function; functions are not "
+                    "predicates over single columns, but for the parts of a time "
+                    f"({', '.join(f'{p}(t)' for p in PARTS)}); {_SUPPORTED}"
+                )
+            self.next()
+            attr = self.attribute(self.next())
+            self.expect("punct", ")", f"')' after {tok.text}({attr.name}")
+            try:
+                return _Term(attr, part_of(attr, tok.text))
+            except QueryError as err:
+                raise QueryError(f"column {tok.col}: {err}") from None
+        return _Term(self.attribute(tok), None)
+
     def is_name(self, tok: _Tok) -> bool:
         return tok.kind in ("qident", "ident")
 
@@ -254,13 +286,19 @@ class _Parser:
             op = self.next()
             if op.kind != "op":
                 raise self.fail(op, "a comparison after the value")
-            attr = self.attribute(self.next())
-            return self.compare(attr, _FLIP[op.text], first, op)
+            term = self.term(self.next())
+            return self.compare(term, _FLIP[op.text], first, op)
         if first.kind == "kw" and first.text == "NOT":
             raise self.fail(first, "a predicate")
         if not self.is_name(first):
             raise self.fail(first, "a column name, a value, NOT or '('")
-        attr = self.attribute(first)
+        term = self.term(first)
+        op = self.peek()
+        if term.attr.type == "boolean" and term.part is None and (
+            op.kind == "end" or (op.kind == "punct" and op.text == ")")
+            or (op.kind == "kw" and op.text in ("AND", "OR"))
+        ):  # a boolean column alone: `cancelled` is `cancelled = TRUE`
+            return self.single(term.attr, ((1, 2),))
         op = self.next()
         negate = False
         if op.kind == "kw" and op.text == "NOT":
@@ -275,11 +313,12 @@ class _Parser:
                     f"column {value.col}: comparing two columns is not a predicate over single "
                     f"columns (quote text values: '{value.text}'); {_SUPPORTED}"
                 )
-            return self.compare(attr, op.text, value, op)
+            return self.compare(term, op.text, value, op)
         if op.kind == "kw" and op.text == "LIKE":
             raise QueryError(
                 f"column {op.col}: LIKE is not a predicate over single columns; {_SUPPORTED}"
             )
+        attr = term.attr
         if op.kind == "kw" and op.text == "IS":
             neg = False
             if self.peek().kind == "kw" and self.peek().text == "NOT":
@@ -298,24 +337,23 @@ class _Parser:
             return self.single(attr, cov)
         if op.kind == "kw" and op.text == "IN":
             self.expect("punct", "(", "'(' after IN")
-            positions: list[int] = []
+            members: list[int] = []  # each value checked as it is read
             if self.peek().kind == "punct" and self.peek().text == ")":
                 self.next()
             else:
                 while True:
-                    positions.append(self.exact_value(attr, self.next()))
+                    members.append(self.member(term, self.next()))
                     sep = self.next()
                     if sep.kind == "punct" and sep.text == ")":
                         break
                     if not (sep.kind == "punct" and sep.text == ","):
                         raise self.fail(sep, "',' or ')'")
-            cov = normalize((p, p + 1) for p in positions)
+            cov = self.coverage_of(term, members)
         elif op.kind == "kw" and op.text == "BETWEEN":
-            self.require_ordered(attr, op)
-            lo = self.bound(attr, self.next(), up=False)
+            self.require_ordered(term, op)
+            low = self.next()
             self.expect("kw", "AND", "AND in BETWEEN")
-            hi = self.bound(attr, self.next(), up=True)
-            cov = normalize([(lo, hi)])
+            cov = self.value_range(term, (low, False), (self.next(), True))
         else:
             raise self.fail(op, "a comparison, IN, BETWEEN or IS NULL")
         if negate:
@@ -326,68 +364,163 @@ class _Parser:
         box = bx.box_of(self.schema, {attr.name: normalize(cov)})
         return [] if box is None else [box]
 
-    def compare(self, attr: Attribute, op: str, value: _Tok, at: _Tok) -> _Boxes:
-        size = attr.size
+    def compare(self, term: _Term, op: str, value: _Tok, at: _Tok) -> _Boxes:
+        attr = term.attr
         if op in ("=", "!=", "<>"):
-            pos = self.exact_value(attr, value)
-            cov: IntervalSet = ((pos, pos + 1),)
-            return self.single(attr, cov if op == "=" else complement(cov, size))
-        self.require_ordered(attr, at)
-        end = attr.value_count  # a range never includes the missing value's own cell
+            cov = self.coverage_of(term, [self.member(term, value)])
+            return self.single(attr, cov if op == "=" else complement(cov, attr.size))
+        self.require_ordered(term, at)
         if op == "<":
-            cov = ((0, self.bound(attr, value, up=False)),)
+            cov = self.value_range(term, None, (value, False), open_high=True)
         elif op == "<=":
-            cov = ((0, self.bound(attr, value, up=True)),)
+            cov = self.value_range(term, None, (value, True))
         elif op == ">":
-            cov = ((self.bound(attr, value, up=True), end),)
+            cov = self.value_range(term, (value, True), None, open_low=True)
         else:
-            cov = ((self.bound(attr, value, up=False), end),)
-        return self.single(attr, normalize(cov))
+            cov = self.value_range(term, (value, False), None)
+        return self.single(attr, cov)
 
-    def literal(self, attr: Attribute, tok: _Tok) -> int | str:
+    def member(self, term: _Term, tok: _Tok) -> int:
+        """A value of ``=`` / ``IN``, which must be in the domain (a typo must not
+        silently spend budget on nothing): its position, or a part's value."""
+        if term.part is not None:
+            return self.part_value(term.part, tok)
+        return self.exact_value(term.attr, tok)
+
+    def coverage_of(self, term: _Term, members: Sequence[int]) -> IntervalSet:
+        """The positions of the values :meth:`member` read."""
+        if term.part is not None:
+            return term.part.coverage(members)
+        return normalize((p, p + 1) for p in members)
+
+    def value_range(
+        self,
+        term: _Term,
+        low: tuple[_Tok, bool] | None,
+        high: tuple[_Tok, bool] | None,
+        *,
+        open_low: bool = False,
+        open_high: bool = False,
+    ) -> IntervalSet:
+        """The positions from ``low`` to ``high`` (either None: unbounded), each a value
+        token and whether it is the bound's upper side; bounds outside the domain are
+        clamped, as SQL means them. A range never holds the missing value's own cell."""
+        if term.part is not None:
+            part = term.part
+            a, b = part.lo, part.hi
+            if low is not None:
+                x = self.part_number(part, low[0])
+                a = max(a, math.floor(x) + 1 if open_low else math.ceil(x))
+            if high is not None:
+                x = self.part_number(part, high[0])
+                b = min(b, math.ceil(x) - 1 if open_high else math.floor(x))
+            return part.value_range(a, b) if a <= b else ()
+        attr = term.attr
+        start = 0 if low is None else self.bound(attr, low[0], up=low[1])
+        end = attr.value_count if high is None else self.bound(attr, high[0], up=high[1])
+        return normalize([(start, end)])
+
+    def part_number(self, part: Part, tok: _Tok) -> Fraction:
+        if tok.kind not in ("number", "decimal"):
+            if tok.kind in ("string", "qident", "kw"):
+                raise QueryError(
+                    f"column {tok.col}: {part.text} is a number ({part.lo} to {part.hi}), "
+                    f"got {tok.text}"
+                )
+            raise self.fail(tok, "a value")
+        x = parse_number(tok.text)
+        assert x is not None
+        return x
+
+    def part_value(self, part: Part, tok: _Tok) -> int:
+        x = self.part_number(part, tok)
+        if x.denominator != 1 or not part.lo <= x <= part.hi:
+            raise QueryError(
+                f"column {tok.col}: {tok.text} is not a value of {part.text} "
+                f"({part.lo} to {part.hi})"
+            )
+        return int(x)
+
+    def literal(self, attr: Attribute, tok: _Tok) -> Fraction | str | bool:
+        """A value token read as ``attr``'s values are: a grid type's number (an exact
+        decimal; a timestamp's seconds or a date's days since 1970-01-01), a
+        categorical's text, a boolean."""
         if tok.kind == "qident":
             raise QueryError(
                 f"column {tok.col}: use single quotes for values: '{tok.value}' "
                 "(double quotes are for column names)"
             )
-        if tok.kind == "decimal":
-            raise QueryError(
-                f"column {tok.col}: attribute {attr.name!r} holds integers, got {tok.text}"
-                if attr.type == "integer"
-                else f"column {tok.col}: attribute {attr.name!r} is categorical: quote its "
-                f"values ('{tok.text}')"
-            )
-        if tok.kind not in ("string", "number"):
+        t = attr.type
+        if tok.kind == "kw" and tok.text in ("TRUE", "FALSE"):
+            if t == "boolean":
+                return tok.text == "TRUE"
+            raise QueryError(f"column {tok.col}: attribute {attr.name!r} is {t}, got {tok.text}")
+        if tok.kind not in ("string", "number", "decimal"):
             raise self.fail(tok, "a value")
-        if attr.type == "integer":
-            if tok.kind != "number":
+        text = str(tok.value)
+        if t == "categorical":
+            if tok.kind != "string":
                 raise QueryError(
-                    f"column {tok.col}: attribute {attr.name!r} is integer, got string {tok.text}"
+                    f"column {tok.col}: attribute {attr.name!r} is categorical, "
+                    f"got number {tok.text} (quote it: '{tok.text}')"
                 )
-        elif tok.kind != "string":
+            return text
+        if t == "boolean":
+            b = parse_boolean(text) if tok.kind == "string" else None
+            if b is None or text.lower() not in ("true", "false"):
+                raise QueryError(
+                    f"column {tok.col}: attribute {attr.name!r} is boolean: write TRUE or "
+                    f"FALSE, got {tok.text}"
+                )
+            return b
+        if t in ("integer", "float"):
+            if tok.kind == "string":
+                raise QueryError(
+                    f"column {tok.col}: attribute {attr.name!r} is {t}, got string {tok.text}"
+                )
+            x = parse_number(tok.text)
+            if x is None:
+                raise QueryError(f"column {tok.col}: {tok.text} is not a number")
+            return x
+        if tok.kind != "string":
+            example = "'2013-06-01T00:00:00Z'" if t == "timestamp" else "'2013-06-01'"
             raise QueryError(
-                f"column {tok.col}: attribute {attr.name!r} is categorical, "
-                f"got number {tok.text} (quote it: '{tok.text}')"
+                f"column {tok.col}: attribute {attr.name!r} is a {t}: quote its values, "
+                f"e.g. {example}, got {tok.text}"
             )
-        assert tok.value is not None
-        return tok.value
+        if t == "timestamp":
+            at = parse_instant(text.strip(), attr.timezone or "UTC")
+            if at is None:
+                raise QueryError(
+                    f"column {tok.col}: {tok.text} is not an ISO 8601 time such as "
+                    "'2013-06-01', '2013-06-01T10:00:00Z' or '2013-06-01 10:00-04:00'"
+                )
+            return at
+        day = parse_date(text.strip())
+        if day is None:
+            raise QueryError(f"column {tok.col}: {tok.text} is not a date 'YYYY-MM-DD'")
+        return Fraction(day)
 
     def exact_value(self, attr: Attribute, tok: _Tok) -> int:
         """The position of a value that must be in the domain (=, IN): a typo must not
         silently spend budget on nothing."""
         value = self.literal(attr, tok)
-        if attr.missing_cell and type(value) is type(attr.missing) and value == attr.missing:
+        if attr.missing_cell and _same(value, attr.missing):
             raise QueryError(
                 f"column {tok.col}: {tok.text} is how the data marks a missing "
                 f"{attr.name!r}, not one of its values: write {render_name(attr.name)} IS NULL"
             )
         try:
+            if isinstance(value, Fraction):
+                return attr.exact_position(value)
             return attr.position(value)
         except KeyError:
-            if attr.type == "integer":
+            if isinstance(value, Fraction):
+                inside = attr.number(0) <= value <= attr.number(attr.value_count - 1)
+                what = "not a value" if inside else "outside the domain"
                 raise QueryError(
-                    f"column {tok.col}: value {tok.text} is outside the domain of "
-                    f"{attr.name!r} [{attr.min}, {attr.max}]"
+                    f"column {tok.col}: value {tok.text} is {what} of {attr.name!r} "
+                    f"{attr.describe()}"
                 ) from None
             raise QueryError(
                 f"column {tok.col}: value {tok.text} is not in the domain of "
@@ -398,17 +531,14 @@ class _Parser:
         """A range bound as a position boundary, clamped to the domain as SQL means it:
         the boundary before the value (``up=False``) or after it (``up=True``)."""
         value = self.literal(attr, tok)
-        if attr.type == "integer":
-            assert isinstance(value, int)
-            boundary = value - attr.min + (1 if up else 0)
-            return min(max(boundary, 0), attr.value_count)
+        if isinstance(value, Fraction):
+            return attr.boundary(value, after=up)
         return self.exact_value(attr, tok) + (1 if up else 0)
 
-    def require_ordered(self, attr: Attribute, tok: _Tok) -> None:
-        if not attr.ordered:
-            raise QueryError(
-                f"column {tok.col}: range {tok.text} on unordered categorical {attr.name!r}"
-            )
+    def require_ordered(self, term: _Term, tok: _Tok) -> None:
+        if term.part is None and not term.attr.ordered:
+            what = "boolean" if term.attr.type == "boolean" else "unordered categorical"
+            raise QueryError(f"column {tok.col}: range {tok.text} on {what} {term.attr.name!r}")
 
 
 def parse_query(
@@ -523,34 +653,35 @@ def _macro_cells(
 ) -> Sequence[Query | BooleanQuery]:
     """The cells of ``histogram(...)`` or ``marginal(...)`` (without ``where=``)."""
     if kind == "histogram":
-        bins_text = None
-        bm = re.match(r"^([^,]+?)\s*(?:,\s*(.*))?$", inner, re.DOTALL)
-        if bm is None:
+        parts = split_arguments(inner)
+        if not parts or not parts[0]:
             raise QueryError("histogram needs an attribute: histogram(attr)")
-        name = bm.group(1).strip().strip('"')
-        if bm.group(2) is not None:
-            bb = _BINS.match(bm.group(2).strip())
+        if len(parts) > 2:
+            raise QueryError(
+                "histogram takes histogram(attr) or histogram(attr, bins=[...]), "
+                "optionally ending in where=..."
+            )
+        term = group_term(schema, _unquoted(parts[0]), "histogram")
+        edges: list[object] | None = None
+        if len(parts) == 2:
+            bb = _BINS.match(parts[1].strip())
             if bb is None:
                 raise QueryError(
                     "histogram takes histogram(attr) or histogram(attr, bins=[...]), "
                     "optionally ending in where=..."
                 )
-            bins_text = bb.group(1)
-        if name not in schema:
-            raise QueryError(f"unknown attribute {name!r}")
-        attr = schema.attribute(name)
-        edges: list[int] | None = None
-        if bins_text is not None:
-            try:
-                edges = [int(x) for x in bins_text.split(",") if x.strip()]
-            except ValueError:
-                raise QueryError(f"bins must be integers: [{bins_text}]") from None
-        bins = cell_count(attr, edges)
+            if term.part is not None:
+                raise QueryError(f"bins do not apply to {term.text}: its cells are its values")
+            edges = [_edge_text(x) for x in split_arguments(bb.group(1)) if x.strip()]
+        attr = term.attribute
+        bins = term.groups if edges is None else cell_count(attr, edges)
         if bins > room:
             raise TooLarge(
-                f"histogram({name}) would have {bins} bins; the workload may hold {room} more "
+                f"histogram({term.text}) would have {bins} bins; the workload may hold {room} more "
                 "queries"
             )
+        if term.part is not None:
+            return [_cell(schema, [term], [g], line) for g in range(term.groups)]
         out = []
         for cov in histogram_cells(attr, edges):
             if cov == ((0, attr.size),):  # a one-value domain: the whole table
@@ -559,35 +690,71 @@ def _macro_cells(
                 pred = Predicate(attr, cov)
                 out.append(Query(schema, (pred,), pred.to_text(), line))
         return out
-    names = [n.strip().strip('"') for n in inner.split(",")]
+    names = [_unquoted(n) for n in split_arguments(inner)]
     if not names or any(not n for n in names):
         raise QueryError("marginal needs attributes: marginal(a1, a2, ...[, where=...])")
-    for n in names:
-        if n not in schema:
-            raise QueryError(f"unknown attribute {n!r}")
-    if len(set(names)) != len(names):
+    terms = [group_term(schema, n, "marginal") for n in names]
+    if len({t.text for t in terms}) != len(terms):
         raise QueryError("marginal attributes must be distinct")
-    attrs = [schema.attribute(n) for n in names]
-    cells = math.prod(a.size for a in attrs)
+    cells = math.prod(t.groups for t in terms)
     if cells > room:
         raise TooLarge(
-            f"marginal({', '.join(names)}) would have {cells} cells; the workload may hold "
-            f"{room} more queries"
+            f"marginal({', '.join(t.text for t in terms)}) would have {cells} cells; the "
+            f"workload may hold {room} more queries"
         )
+    if any(t.part is not None for t in terms):
+        return [
+            _cell(schema, terms, list(combo), line)
+            for combo in itertools.product(*(range(t.groups) for t in terms))
+        ]
     # Build the cells directly from per-value predicates (no text parsing, no
     # normalisation): each predicate and its text is made once per value, and a cell
     # is a tuple of them in schema order.
     # cells vary like itertools.product over the attributes as written; predicates
     # are kept in schema order
-    order = sorted(range(len(attrs)), key=lambda i: schema.index(names[i]))
+    attrs = [t.attribute for t in terms]
+    order = sorted(range(len(attrs)), key=lambda i: schema.index(attrs[i].name))
     per_attr = [[_value_predicate(a, p) for p in range(a.size)] for a in attrs]
     out = []
     for cell in itertools.product(*per_attr):
-        parts = [cell[i] for i in order]
-        cell_preds = tuple(p for p, _ in parts if p is not None)
-        text = " AND ".join(t for _, t in parts if t) or "total"
+        chosen = [cell[i] for i in order]
+        cell_preds = tuple(p for p, _ in chosen if p is not None)
+        text = " AND ".join(t for _, t in chosen if t) or "total"
         out.append(Query(schema, cell_preds, text, line))
     return out
+
+
+def _unquoted(text: str) -> str:
+    """A macro's attribute argument: a double-quoted name unquoted (``""`` a quote)."""
+    name = text.strip()
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        return name[1:-1].replace('""', '"')
+    return name
+
+
+def _edge_text(text: str) -> object:
+    """A bin edge as written in a workload line: a number, or quoted text (a time)."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] == "'":
+        return t[1:-1].replace("''", "'")
+    x = parse_number(t)
+    if x is None:
+        raise QueryError(f"a bin edge is a number or a quoted time, got {t!r}")
+    return x
+
+
+def _cell(schema: Schema, terms: Sequence[GroupTerm], groups: Sequence[int], line: int) -> Query:
+    """The cell of a table over group terms (parts of times among them): the
+    intersection of each term's group, on each attribute; labelled by the groups."""
+    covs: dict[str, IntervalSet] = {}
+    for term, g in zip(terms, groups, strict=True):
+        name = term.attribute.name
+        cov = term.coverage(g)
+        covs[name] = intersect(covs[name], cov) if name in covs else cov
+    text = " AND ".join(t.label(g) for t, g in zip(terms, groups, strict=True))
+    if any(not c for c in covs.values()):  # e.g. month 2 and day 31: an empty cell
+        return Query(schema, (Predicate(schema.attribute(next(iter(covs))), ()),), text, line)
+    return Query.from_coverages(schema, covs, text, line)
 
 
 def _entry(

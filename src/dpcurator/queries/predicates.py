@@ -156,10 +156,7 @@ class Predicate:
 
 
 def _lit(attr: Attribute, pos: int) -> str:
-    v = attr.value(pos)
-    if isinstance(v, int):
-        return str(v)
-    return "'" + v.replace("'", "''") + "'"
+    return attr.literal(pos)
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")

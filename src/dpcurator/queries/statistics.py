@@ -33,8 +33,10 @@ from fractions import Fraction
 
 from dpcurator.errors import InvalidParameter, QueryError
 from dpcurator.queries.boolean import BooleanQuery, intersection
+from dpcurator.queries.parts import group_term
 from dpcurator.queries.predicates import Query, complement
 from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.values import parse_number
 
 __all__ = [
     "MAX_Q_DENOMINATOR",
@@ -82,11 +84,11 @@ class StatisticSpec:
 
     kind: str
     attribute: str
-    lower: int | None = None
-    upper: int | None = None
+    lower: int | Fraction | None = None  # exact: an int, or the decimal written
+    upper: int | Fraction | None = None
     qs: tuple[Fraction, ...] = ()
-    by: tuple[str, ...] = ()
-    candidates: tuple[int | str, ...] | None = None
+    by: tuple[str, ...] = ()  # group terms: attribute names or parts (month(t))
+    candidates: tuple[int | float | str, ...] | None = None
     where: str | None = None
     condition: str | None = None  # a share's
 
@@ -120,10 +122,10 @@ class StatisticSpec:
         by = [self.by] if isinstance(self.by, str) else self.by
         if not isinstance(by, tuple | list):
             raise QueryError(f"by must be a list of attribute names, got {by!r}")
-        for n in (*by, *((self.attribute,) if self.kind != "share" else ())):
+        for n in (self.attribute,) if self.kind != "share" else ():
             if not isinstance(n, str) or n not in schema:
                 raise QueryError(f"unknown attribute {n!r}")
-        groups = math.prod(schema.attribute(n).size for n in set(by))
+        groups = math.prod(group_term(schema, n).groups for n in set(by))
         if self.kind in ("mean", "variance", "stdev", "share"):
             return groups
         attr = schema.attribute(self.attribute)
@@ -201,6 +203,14 @@ def _integer(text: str, what: str) -> int:
     return int(text.strip())
 
 
+def _bound(text: str, what: str) -> int | Fraction:
+    """A clip bound as the exact decimal it is written as (an int when whole)."""
+    x = parse_number(text.strip())
+    if x is None:
+        raise QueryError(f"{what} must be a number, got {text.strip()!r}")
+    return int(x) if x.denominator == 1 else x
+
+
 def _quantile(text: str) -> Fraction:
     t = text.strip()
     if not _NUMBER.match(t):
@@ -211,19 +221,28 @@ def _quantile(text: str) -> Fraction:
         raise QueryError(f"{err} ({t})") from None
 
 
-def _candidate(text: str, attr: Attribute) -> int | str:
+def _candidate(text: str, attr: Attribute) -> int | float | str:
     t = text.strip()
     if attr.type == "integer":
         v = _integer(t, "a candidate")
         if not attr.min <= v <= attr.max:
             raise QueryError(f"candidate {v} is outside {attr.name!r}'s domain")
         return v
+    if attr.type == "float":
+        x = parse_number(t)
+        if x is None:
+            raise QueryError(f"a candidate of {attr.name!r} is a number, got {t!r}")
+        try:
+            return attr.value(attr.exact_position(x))  # type: ignore[return-value]
+        except KeyError:
+            raise QueryError(f"candidate {t} is not a value of {attr.name!r} {attr.describe()}") from None
     if len(t) < 2 or t[0] != "'" or t[-1] != "'":
         raise QueryError(f"a candidate of {attr.name!r} is a quoted value, got {t!r}")
     value = t[1:-1].replace("''", "'")
-    if value not in attr.values:
-        raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}")
-    return value
+    try:
+        return attr.value(attr.position(value))  # type: ignore[return-value]
+    except KeyError:
+        raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}") from None
 
 
 def parse_statistic(
@@ -272,11 +291,13 @@ def parse_statistic(
     if want == 3:
         if "candidates" in keywords:
             raise QueryError(f"{kind} takes no candidates=")
-        if attr.type != "integer":
-            raise QueryError(f"{kind} needs an integer attribute; {name!r} is categorical")
-        lower, upper = _integer(positional[1], "lower"), _integer(positional[2], "upper")
+        if not attr.numeric:
+            raise QueryError(
+                f"{kind} needs an integer or float attribute; {name!r} is {attr.type}"
+            )
+        lower, upper = _bound(positional[1], "lower"), _bound(positional[2], "upper")
         if lower >= upper:
-            raise QueryError(f"{kind} needs lower < upper, got [{lower}, {upper}]")
+            raise QueryError(f"{kind} needs lower < upper, got [{positional[1].strip()}, {positional[2].strip()}]")
     else:
         if not attr.ordered:
             raise QueryError(f"a quantile needs an ordered attribute; {name!r} is not ordered")
@@ -306,15 +327,24 @@ def parse_statistic(
 
 
 def _by(keywords: dict[str, str], schema: Schema, own: str) -> tuple[str, ...]:
-    """A line's ``by=`` attributes (none other than ``own``, the statistic's attribute)."""
+    """A line's ``by=`` group terms (attributes, or parts of times such as
+    ``month(time_hour)``; none of them the statistic's own attribute)."""
     if "by" not in keywords:
         return ()
     raw = keywords["by"]
     names = _bracketed(raw, "by") if raw.startswith("[") else [raw]
-    by = tuple(_name(n, schema) for n in names)
+    terms = [group_term(schema, _unquoted(n)) for n in names]
+    by = tuple(t.text if t.part is not None else t.attribute.name for t in terms)
     if not by or len(set(by)) != len(by) or own in by:
         raise QueryError("by= needs distinct attributes other than the statistic's own")
     return by
+
+
+def _unquoted(text: str) -> str:
+    name = text.strip()
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        return name[1:-1].replace('""', '"')
+    return name
 
 
 def _parse_share(
