@@ -26,6 +26,7 @@ from dpcurator.backends.unit_rows import UnitReport, check_unit_key
 from dpcurator.errors import DataError, InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.values import number_of, parse_date, parse_instant, parse_number
 
 #: Whitespace stripped from both ends of text fields (and CSV header names).
 WHITESPACE = " \t\r\n\f\v"
@@ -71,9 +72,7 @@ def first_line(message: str) -> str:
 
 
 def domain_text(attr: Attribute) -> str:
-    if attr.type == "integer":
-        return f"[{attr.min}, {attr.max}]"
-    return f"of {attr.value_count} declared values"
+    return attr.describe()
 
 
 def missing_texts(attr: Attribute, tokens: Sequence[str]) -> list[str]:
@@ -90,9 +89,82 @@ def missing_texts(attr: Attribute, tokens: Sequence[str]) -> list[str]:
         return sorted(texts - set(attr.values))
 
     def declared(t: str) -> bool:
+        if attr.type != "integer":
+            return attr.read(t) is not None
         return re.fullmatch(INT_PATTERN, t) is not None and attr.min <= int(t) <= attr.max
 
     return sorted(t for t in texts if not declared(t) or str(attr.missing) == t)
+
+
+#: Attribute types whose values are read by :func:`value_codes` (in Python, once per
+#: distinct text of the column) rather than in each engine's SQL.
+MAPPED_TYPES = frozenset({"float", "timestamp", "date", "boolean"})
+
+
+def value_codes(
+    attr: Attribute, texts: Sequence[str | None], missing: Sequence[str], binary: bool
+) -> list[int | None]:
+    """The code of each distinct text of a column (as the engine writes it: see each
+    loader), or None where it is invalid: one reading of every value, shared by the
+    backends, so that both load exactly the same codes.
+
+    A NULL, a blank, a ``missing`` token or the schema's missing value (and, for a
+    number marker such as ``-1``, every text of that number) is the missing value when
+    the attribute may be missing. ``binary``: the column holds binary floats (typed
+    ``DOUBLE``/``FLOAT``), read by the shortest decimal of the float (as Python writes
+    it), NaN as missing; text is read as the exact decimal it is written as.
+    """
+    miss = set(missing_texts(attr, missing))
+    m_pos = attr.missing_position
+    marker = None
+    if attr.missing is not None and not isinstance(attr.missing, str):
+        marker = number_of(attr.missing)
+    out: list[int | None] = []
+    for raw in texts:
+        if raw is None:
+            out.append(m_pos)
+            continue
+        t = raw.strip(WHITESPACE)
+        if t in miss:
+            out.append(m_pos)
+            continue
+        if binary:
+            try:
+                x = float(t)
+            except ValueError:
+                out.append(None)
+                continue
+            if math.isnan(x):
+                out.append(m_pos)
+                continue
+            t = repr(x) if math.isfinite(x) else t
+        if marker is not None and parse_number(t) == marker:
+            out.append(m_pos)
+            continue
+        out.append(attr.read(t))
+    return out
+
+
+def why_invalid(attr: Attribute, raw: object) -> str | None:
+    """Why a value shown in a refusal is not one of ``attr``'s, when "outside the
+    domain" would not say it (``'39.1x'`` is not a number); None otherwise."""
+    if raw is None or attr.type not in MAPPED_TYPES:
+        return None
+    t = str(raw).strip(WHITESPACE)
+    if attr.type == "float" and parse_number(t) is None:
+        try:
+            if math.isfinite(float(t)):
+                return None
+        except ValueError:
+            pass
+        return "is not a number"
+    if attr.type == "timestamp" and parse_instant(t) is None:
+        return "is not an ISO 8601 time such as 2013-01-01T10:00:00Z"
+    if attr.type == "date" and parse_date(t) is None:
+        return "is not a date YYYY-MM-DD"
+    if attr.type == "boolean":
+        return "is not true or false"
+    return None
 
 
 def show(value: object) -> str:
@@ -265,6 +337,7 @@ def invalid_message(
     """
     i, n_bad, first = bad[0]
     attr = schema.attributes[i]
+    was_missing = raw is None or (raw is not NOT_SHOWN and str(raw).strip(WHITESPACE) in missing)
     where = f"first: row {first}"
     if raw is not NOT_SHOWN:
         if raw is None or str(raw).strip(WHITESPACE) in missing:
@@ -276,15 +349,21 @@ def invalid_message(
         f"{source}: attribute {attr.name!r}: {rows} outside the domain "
         f"{domain_text(attr)} or missing ({where})"
     )
+    reason = why_invalid(attr, raw) if raw is not NOT_SHOWN and not was_missing else None
+    if reason is not None:
+        rows = "1 row" if n_bad == 1 else f"{n_bad} rows"
+        msg = (
+            f"{source}: attribute {attr.name!r}: row {first}, value {show(raw)} {reason} "
+            f"({rows} not in the domain {domain_text(attr)} or missing)"
+        )
     if attr.type == "integer" and raw is not NOT_SHOWN and _fractional(raw):
         rows = "1 row" if n_bad == 1 else f"{n_bad} rows"
         msg = (
             f"{source}: attribute {attr.name!r}: row {first}, value {show(raw)} is not an "
             f"integer ({rows} not integers in the domain {domain_text(attr)} or missing)"
         )
-    was_missing = raw is None or (raw is not NOT_SHOWN and str(raw).strip(WHITESPACE) in missing)
     if was_missing and attr.missing is None:  # and the schema does not allow one
-        example = f"{attr.min - 1}" if attr.type == "integer" else '"?"'
+        example = {"integer": f"{attr.min - 1}", "categorical": '"?"'}.get(attr.type, '"NA"')
         msg += (
             f'; if {attr.name!r} may be missing, say so in the schema ("missing": '
             f"{example}): blank and NULL cells then load as that value"
@@ -588,11 +667,11 @@ def clip_plan(
     :class:`ClipPlan`).
 
     ``unit`` (a positive exact number; 1 by default) is what the sum is counted in: every
-    value of the attribute and both bounds must be whole multiples of it (an integer
-    attribute with integer bounds in 1; a float with a step of 0.1 in 0.1 or any tenth
-    of it). Bounds outside the values are moved onto them (``clip(v, lo, hi)`` is
-    unchanged for every value), so the engine only clips and sums offsets, and the rest
-    is exact Python arithmetic.
+    value of the attribute must be a whole multiple of it (an integer attribute's in 1; a
+    float's with a step of 0.1 in 0.1 or any tenth of it), and the bounds are integers
+    in that unit (``lower=305`` with ``unit=0.1`` is 30.5). Bounds outside the values are
+    moved onto them (``clip(v, lo, hi)`` is unchanged for every value), so the engine
+    only clips and sums offsets, and the rest is exact Python arithmetic.
     """
     if not isinstance(attribute, str) or attribute not in schema:
         raise InvalidParameter(f"unknown attribute {attribute!r}")
@@ -605,14 +684,9 @@ def clip_plan(
         raise InvalidParameter(f"unit must be a positive exact number, got {unit!r}")
     ends: list[int] = []
     for label, b in (("lower", lower), ("upper", upper)):
-        x = _exact(b) if not (u == 1 and attr.type == "integer") or is_integer(b) else None
-        if x is None:
+        if not is_integer(b):
             raise InvalidParameter(f"{label} clipping bound must be an integer, got {b!r}")
-        if (x / u).denominator != 1:
-            raise InvalidParameter(
-                f"{label} clipping bound {b!r} is not a whole number of units of {u}"
-            )
-        ends.append(int(x / u))
+        ends.append(int(b))  # type: ignore[call-overload]
     lo, hi = ends
     if lo > hi:
         raise InvalidParameter(f"lower bound {lower} is greater than upper bound {upper}")

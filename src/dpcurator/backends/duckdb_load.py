@@ -25,8 +25,10 @@ from dpcurator.backends._validation import (
     NOT_SHOWN,
     WHITESPACE,
     ZERO_FRACTION,
+    MAPPED_TYPES,
     LoadReport,
     check_dropped,
+    value_codes,
     column_count_message,
     duplicate_column_message,
     first_line,
@@ -280,6 +282,13 @@ class Loader:
 
     # -- step 2: codes, validation, privacy unit, final table
 
+    @staticmethod
+    def _key_sql(col: str, ctype: str) -> str:
+        """How a mapped attribute's field is written for :func:`value_codes`: text as it
+        is, a typed value as DuckDB writes it (a time with its offset; a binary float
+        by its shortest decimal)."""
+        return f"CAST({col} AS VARCHAR)"
+
     def _column_types(self) -> dict[str, str]:
         rows = self._sql(f"DESCRIBE {ident(self.raw)}").fetchall()
         return {r[0]: str(r[1]).upper() for r in rows}
@@ -326,10 +335,39 @@ class Loader:
         # rowid is safe here: the raw table's columns all have generated names.
         inner: list[str] = [f"r.rowid + {1 - self.first_data} AS __row"]
         joins: list[str] = []
+        mapped_joins: list[str] = []  # no parameters: after the categoricals' joins
         outer: list[str] = ["__row"]
         for i, attr in enumerate(schema.attributes):
             col = f"r.{cols[i]}"
             ctype = types[cols[i]]
+            if attr.type in MAPPED_TYPES:
+                # Each distinct text of the column read once, in Python (the reader both
+                # backends share), and joined back: the code, or NULL where invalid.
+                key = self._key_sql(col, ctype)
+                view = f"__dpc_dom{i}_{self.tag}"
+                self.tables.append(view)
+                raw_keys = self._sql(
+                    f"SELECT DISTINCT {key} FROM {ident(self.raw)} r "
+                    f"WHERE r.rowid >= {self.first_data} AND {col} IS NOT NULL"
+                ).fetchall()
+                texts = [k[0] for k in raw_keys]
+                binary = ctype.split("(")[0] in _FLOAT_TYPES
+                found = value_codes(attr, texts, self.missing, binary)
+                kept = [(t, c) for t, c in zip(texts, found, strict=True) if c is not None]
+                self._sql(
+                    f"CREATE TEMP TABLE {ident(view)} AS "
+                    "SELECT unnest(?::VARCHAR[]) AS v, unnest(?::BIGINT[]) AS p",
+                    [[t for t, _ in kept], [c for _, c in kept]],
+                )
+                mapped_joins.append(f"LEFT JOIN {ident(view)} d{i} ON d{i}.v = {key}")
+                inner.append(f"d{i}.p AS v{i}")
+                if attr.missing is None:
+                    outer.append(f"v{i} AS c{i}")
+                else:  # a NULL field is the missing value (blank and tokens are mapped)
+                    inner.append(f"({col} IS NULL) AS m{i}")
+                    outer.append(f"CASE WHEN v{i} IS NOT NULL THEN v{i} WHEN m{i} THEN ? END AS c{i}")
+                    outer_params.append(attr.missing_position)
+                continue
             if attr.type == "categorical":
                 view = f"__dpc_dom{i}_{self.tag}"
                 # the values as bound parameters (registering an Arrow table would make
@@ -411,7 +449,7 @@ class Loader:
             outer.append("__id")
         sql = (
             f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("
-            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins)} "
+            f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins + mapped_joins)} "
             f"WHERE r.rowid >= {self.first_data})"
         )
         self.tables.append(self.stage)
