@@ -10,17 +10,21 @@ that :class:`~dpcurator.backends.spark_backend.SparkBackend` counts over.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import operator
+import re
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from dpcurator.backends._validation import (
     INT64,
     INT_TEXT_PATTERN,
+    MAPPED_TYPES,
     NOT_SHOWN,
     WHITESPACE,
     ZERO_FRACTION,
@@ -36,6 +40,7 @@ from dpcurator.backends._validation import (
     missing_texts,
     no_column_message,
     no_unit_column_message,
+    value_codes,
 )
 from dpcurator.backends.unit_rows import (
     FLOAT_INTEGERS,
@@ -62,6 +67,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 _MAP_VALUES = 1 << 12
 #: A coded table of at least this many rows is spread over every core for counting.
 _SPREAD_ROWS = 1 << 20
+#: Distinct texts of a float, timestamp, date or boolean column up to this many are
+#: coded by a literal map, more by a join with a broadcast table of (text, code).
+_MAP_KEYS = 1 << 12
+#: At most this many (text, code) pairs are broadcast; more are joined by a shuffle.
+_BROADCAST_KEYS = 1 << 20
 
 DECIMAL = T.DecimalType(38, 0)
 #: Spark errors worth turning into a one-line DataError during a load.
@@ -103,6 +113,66 @@ def _as_text(value: object, dtype: T.DataType) -> str | None:
     if isinstance(dtype, T.DoubleType):
         return repr(float(value))  # type: ignore[arg-type]
     return str(value)
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+#: A time as Spark writes it for :func:`_duckdb_time` (the session's zone, with its offset).
+_TIME_SHOWN = "yyyy-MM-dd HH:mm:ss.SSSSSSxxxxx"
+_TIME_SHOWN_PARTS = re.compile(r"(.+ \d\d:\d\d:\d\d)\.(\d{6})([+-]\d\d)(?::(\d\d))?(?::(\d\d))?")
+
+
+def _duckdb_time(text: str) -> str:
+    """A zoned time as DuckDB writes a ``TIMESTAMP WITH TIME ZONE`` (the fraction without
+    trailing zeros, the offset as ``+00``, ``+05:30``): ``2013-01-01 10:00:00+00``."""
+    m = _TIME_SHOWN_PARTS.fullmatch(text)
+    if m is None:
+        return text
+    main, frac, hours, minutes, seconds = m.groups()
+    frac = frac.rstrip("0")
+    offset = hours
+    if seconds is not None:
+        offset += f":{minutes}:{seconds}"
+    elif minutes is not None and minutes != "00":
+        offset += f":{minutes}"
+    return main + ("." + frac if frac else "") + offset
+
+
+def _key_text(col: Column, dtype: T.DataType) -> tuple[Column, bool]:
+    """How a float, timestamp, date or boolean attribute's field is written to be read by
+    :func:`value_codes` (collected once per distinct text, then joined back on it), and
+    whether it holds binary floats. Text as it is; a binary float as Java writes it
+    (re-read through Python's float: the same number as DuckDB's shortest decimal); a
+    zoned time as its microseconds since the epoch (exact whatever the session's zone;
+    see :func:`_key_reading`); anything else as Spark casts it to text (a date
+    ``2013-06-01``, a local time ``2013-01-01 10:00:00.5``, ``true``), as DuckDB does."""
+    if isinstance(dtype, T.StringType):
+        return col, False
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(col).cast("string"), False
+    return col.cast("string"), isinstance(dtype, T.FloatType | T.DoubleType)
+
+
+def _key_reading(text: str, dtype: T.DataType) -> str | None:
+    """The text :func:`value_codes` reads for a key of :func:`_key_text`, as DuckDB
+    writes the same value: a 32-bit float by its shortest decimal, a zoned time in ISO
+    8601 UTC. None for a time beyond year 9999 (invalid)."""
+    if isinstance(dtype, T.FloatType):
+        return str(np.float32(float(text)))
+    if isinstance(dtype, T.TimestampType):
+        try:
+            t = _EPOCH + dt.timedelta(microseconds=int(text))
+        except OverflowError:
+            return None
+        return t.isoformat(timespec="microseconds") + "Z"
+    return text
+
+
+def _to_arrow(df: DataFrame) -> Any:
+    """Collect a (small) DataFrame as a pyarrow Table."""
+    to_arrow = getattr(df, "toArrow", None)
+    if callable(to_arrow):
+        return to_arrow()
+    return pa.Table.from_pandas(df.toPandas(), preserve_index=False)  # pyspark 3.5
 
 
 def _code_type(size: int) -> T.DataType:
@@ -234,6 +304,8 @@ class Loader:
         self.header_key: tuple[str, int, int] | None = None
         self.kept: list[DataFrame] = []  # persisted DataFrames the backend keeps
         self._temp: list[DataFrame] = []  # persisted DataFrames dropped after the load
+        #: Shown columns holding zoned times (written as DuckDB writes them).
+        self._zoned: set[str] = set()
 
     def cleanup(self) -> None:
         for d in self._temp:
@@ -287,8 +359,6 @@ class Loader:
         if isinstance(data, DataFrame):
             self.source = "Spark DataFrame"
             return data, [str(c) for c in data.columns]
-        import pyarrow as pa
-
         table = None
         if isinstance(data, pa.Table):
             self.source = "Arrow table"
@@ -326,7 +396,12 @@ class Loader:
 
     def _from_arrow(self, table: Any) -> DataFrame:
         try:
-            return self.session.createDataFrame(table)
+            # A time without a zone stays a local time (TIMESTAMP_NTZ), as DuckDB keeps
+            # it: a timestamp attribute reads it in its own time zone, not Spark's.
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            struct = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
+            return self.session.createDataFrame(table, schema=struct)
         except (TypeError, ValueError):  # pyspark 3.5 takes pandas, not Arrow
             return self.session.createDataFrame(table.to_pandas())
 
@@ -451,6 +526,48 @@ class Loader:
         exact = F.regexp_replace(s, ZERO_FRACTION, "")  # 517.0, as pandas writes 517
         return F.when(s.rlike(r"\A" + INT_TEXT_PATTERN + r"\z"), exact.cast(DECIMAL))
 
+    def _mapped_codes(
+        self, src: DataFrame, cols: list[str], types: dict[str, T.DataType]
+    ) -> dict[int, tuple[Column, list[tuple[str, int]]]]:
+        """Per float, timestamp, date or boolean attribute (schema index): the key text of
+        its field (:func:`_key_text`) and the (key, code) pairs of its valid values.
+
+        The distinct non-NULL keys of every such column come to the driver in ONE pass
+        (deduplicated on the cluster), each is read once by :func:`value_codes`, as
+        DuckDB reads the text it writes for the same value, and the codes are joined back
+        by the caller."""
+        schema, opts = self.schema, self.opts
+        keys: dict[int, tuple[Column, bool]] = {}
+        for i, attr in enumerate(schema.attributes):
+            if attr.type in MAPPED_TYPES:
+                keys[i] = _key_text(F.col(cols[i]), types[cols[i]])
+        if not keys:
+            return {}
+        pairs = F.array(
+            *[F.struct(F.lit(i).alias("i"), k.alias("k")) for i, (k, _) in keys.items()]
+        )
+        distinct = (
+            src.select(F.explode(pairs).alias("e"))
+            .select(F.col("e.i").alias("i"), F.col("e.k").alias("k"))
+            .where(F.col("k").isNotNull())
+            .distinct()
+        )
+        found = self._run(lambda: _to_arrow(distinct))
+        texts: dict[int, list[str]] = {i: [] for i in keys}
+        for i, t in zip(found.column("i").to_pylist(), found.column("k").to_pylist(), strict=True):
+            texts[i].append(t)
+        out: dict[int, tuple[Column, list[tuple[str, int]]]] = {}
+        for i, (key, binary) in keys.items():
+            attr, dtype = schema.attributes[i], types[cols[i]]
+            got = sorted(texts[i])
+            read = [_key_reading(t, dtype) for t in got]
+            readable = [r for r in read if r is not None]
+            codes = iter(value_codes(attr, readable, opts.missing, binary))
+            found_codes = [None if r is None else next(codes) for r in read]
+            valid = [(t, c) for t, c in zip(got, found_codes, strict=True) if c is not None]
+            out[i] = (key, valid)
+        return out
+
     def encode(self) -> tuple[DataFrame, LoadReport]:
         opts = self.opts
         schema = self.schema
@@ -478,9 +595,41 @@ class Loader:
             )
         codes: list[Column] = []
         shown: list[Column] = []
+        mapped = self._mapped_codes(src, cols, types)
         for i, attr in enumerate(schema.attributes):
             col = F.col(cols[i])
-            if attr.type == "categorical":
+            if attr.type in MAPPED_TYPES:
+                # Each distinct text read once on the driver (the reader both backends
+                # share), joined back: the code, or NULL where the value is invalid.
+                key, pairs = mapped[i]
+                if not pairs:
+                    code = F.lit(None).cast("bigint")
+                elif len(pairs) <= _MAP_KEYS:
+                    lookup = F.create_map(
+                        *[x for t, c in pairs for x in (F.lit(t), F.lit(c).cast("bigint"))]
+                    )
+                    code = F.try_element_at(lookup, key)
+                else:
+                    dom = self._from_arrow(
+                        pa.table(
+                            {f"__v{i}": [t for t, _ in pairs], f"__p{i}": [c for _, c in pairs]},
+                            schema=pa.schema(
+                                [
+                                    pa.field(f"__v{i}", pa.string(), False),
+                                    pa.field(f"__p{i}", pa.int64(), False),
+                                ]
+                            ),
+                        )
+                    )
+                    if len(pairs) <= _BROADCAST_KEYS:
+                        dom = F.broadcast(dom)
+                    src = src.join(dom, key == F.col(f"__v{i}"), "left")
+                    code = F.col(f"__p{i}")
+                if attr.missing is not None:  # a NULL field (blanks and tokens are mapped)
+                    code = F.when(code.isNotNull(), code).when(
+                        col.isNull(), F.lit(attr.missing_position).cast("bigint")
+                    )
+            elif attr.type == "categorical":
                 text = F.btrim(col.cast("string"), F.lit(WHITESPACE))
                 if attr.size <= _MAP_VALUES:
                     # A literal map (folded into one constant) looked up per row.
@@ -505,7 +654,8 @@ class Loader:
                 v = self._integer_value(col, types[cols[i]])
                 lo, hi = F.lit(attr.min).cast(DECIMAL), F.lit(attr.max).cast(DECIMAL)
                 code = F.when(v.between(lo, hi), (v - lo).cast("bigint"))
-            if attr.missing is not None:  # blank, NULL, a missing token: the missing value
+            if attr.missing is not None and attr.type not in MAPPED_TYPES:
+                # blank, NULL, a missing token: the missing value
                 dtype = types[cols[i]]
                 trimmed = F.btrim(col.cast("string"), F.lit(WHITESPACE))
                 missing = col.isNull() | trimmed.isin(missing_texts(attr, opts.missing))
@@ -522,7 +672,13 @@ class Loader:
             if opts.show_values:
                 # The raw text of invalid values only (for the custodian's message).
                 dtype = types[cols[i]]
-                raw = col if isinstance(dtype, T.FloatType | T.DoubleType) else col.cast("string")
+                if isinstance(dtype, T.FloatType | T.DoubleType):
+                    raw = col
+                elif isinstance(dtype, T.TimestampType):  # as DuckDB writes it: see _raw
+                    raw = F.date_format(col, _TIME_SHOWN)
+                    self._zoned.add(f"r{i}")
+                else:
+                    raw = col.cast("string")
                 shown.append(F.when(code.isNull(), raw).alias(f"r{i}"))
         select = [*codes, *shown, "__f", "__b", "__m"]
         if id_col is not None:
@@ -731,4 +887,6 @@ class Loader:
         )
         if int(got[0]) != 1:
             return NOT_SHOWN
+        if shown in self._zoned and got[1] is not None:
+            return _duckdb_time(got[1])
         return _as_text(got[1], stage.schema[shown].dataType)

@@ -19,7 +19,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -65,12 +65,28 @@ from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise, no
 from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.queries import Query, Schema, Workload
 from dpcurator.queries.boolean import BooleanQuery, intersection
+from dpcurator.queries.histogram import grid_text
+from dpcurator.queries.parts import GroupTerm, group_term
+from dpcurator.queries.predicates import Predicate, intersect
+from dpcurator.queries.values import decimal_text
 
 if TYPE_CHECKING:
     from dpcurator.planner import Plan
 
 #: The single table's name when the curator is opened with ``data=`` and ``schema=``.
 DEFAULT_TABLE = "data"
+
+
+def _edge(attr: Any, x: Fraction) -> str:
+    """A bin edge as a request's text writes it (a number, or a quoted time)."""
+    text = grid_text(attr, x)
+    return text if attr.numeric else f"'{text}'"
+
+
+def _in_units(value: int, unit: Fraction) -> int | float:
+    """A noisy integer counted in ``unit`` as the attribute's number (an int when the
+    unit is 1; a float sum's, the float of its exact decimal)."""
+    return value if unit == 1 else float(value * unit)
 
 
 def _describe(noise: object) -> tuple[str, float]:
@@ -82,19 +98,40 @@ def _describe(noise: object) -> tuple[str, float]:
 
 
 def _cells(
-    base: Query | BooleanQuery, boxes: Iterable[dict[str, tuple]]
+    base: Query | BooleanQuery,
+    boxes: Iterable[dict[str, tuple]],
+    names: Iterable[str] | None = None,
 ) -> tuple[tuple[Query | BooleanQuery, ...], tuple[str, ...]]:
     """The cells of a histogram or marginal (each box within C_base) and their labels
-    (each box's own text): one query built per cell when ``base`` covers everything."""
+    (``names``, or each box's own text): one query built per cell when ``base`` covers
+    everything."""
     cells, labels = [], []
     everything = isinstance(base, Query) and not base.predicates
+    given = iter(names) if names is not None else None
     for n, box in enumerate(boxes):
         if n % 1024 == 0:
             deadlines.check()
-        cell = Query.from_coverages(base.schema, box)
+        label = next(given) if given is not None else None
+        if any(not c for c in box.values()):  # parts that never meet (day 31 of February)
+            attr = base.schema.attribute(next(iter(box)))
+            cell = Query(base.schema, (Predicate(attr, ()),), label or "")
+        else:
+            cell = Query.from_coverages(base.schema, box, label or "")
         labels.append(cell.text)
         cells.append(cell if everything else intersection(base, cell, text=""))
     return tuple(cells), tuple(labels)
+
+
+def _table_cells(terms: Sequence[GroupTerm]) -> Iterator[tuple[dict[str, tuple], str]]:
+    """The cells of a table over group terms (attributes, parts of times), in
+    :func:`itertools.product` order: each cell's coverages (two parts of one attribute
+    intersected) and its label."""
+    for combo in itertools.product(*(range(t.groups) for t in terms)):
+        box: dict[str, tuple] = {}
+        for term, g in zip(terms, combo, strict=True):
+            name, cov = term.attribute.name, term.coverage(g)
+            box[name] = intersect(box[name], cov) if name in box else cov
+        yield box, " AND ".join(t.label(g) for t, g in zip(terms, combo, strict=True))
 
 
 @dataclass(frozen=True)
@@ -126,9 +163,12 @@ class Prepared:
     request: str
     cost: Cost
     sensitivity: int
-    attribute: str = ""  # sums: the summed attribute and its clip bounds
+    attribute: str = ""  # sums: the summed attribute and its clip bounds (in units)
     lower: int = 0
     upper: int = 0
+    #: What a sum's bounds, sensitivity and noise are counted in (1, or a float's step
+    #: or a power of ten below it); its answer is scaled back to the attribute's units.
+    unit: Fraction = Fraction(1)
 
 
 @dataclass(frozen=True)
@@ -544,7 +584,8 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
             # counted and noised once admitted; released only once the charge is committed
             be = self._backends[p.table]
             if p.kind == "sum":
-                truth = [int(be.clipped_sum(p.attribute, p.lower, p.upper, p.covered))]
+                got = be.clipped_sum(p.attribute, p.lower, p.upper, p.covered, unit=p.unit)
+                truth = [int(got)]
             else:
                 truth = [int(v) for v in be.counts(list(p.cells))]
             drawn = np.atleast_1d(noise.sample(size=len(p.cells), rng=self._rng))
@@ -562,7 +603,18 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         cost = self.budget.display(p.cost.amount)
         cur = self.budget.currency
         answers = [
-            Answer(label, v, name, param, cost, cur, half, left.value, charge_id, left.exact)
+            Answer(
+                label,
+                _in_units(v, p.unit),
+                name,
+                param * float(p.unit),
+                cost,
+                cur,
+                _in_units(half, p.unit),  # type: ignore[arg-type]
+                left.value,
+                charge_id,
+                left.exact,
+            )
             for label, v in zip(p.labels, noisy, strict=True)
         ]
         return charge_id, left, answers
@@ -628,19 +680,30 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
     ) -> Prepared:
         t = self._table(table)
         schema = self._schema(t)
-        attr = schema.attribute(requests.attribute_name(attribute, schema))
+        term = group_term(schema, requests.term_text(attribute), "histogram")
+        attr = term.attribute
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
         # the cells cover the whole domain (queries.histogram): the request covers `base`
         cap, limit = self.limits.cell_cap
+        tail = f" where {base.text}" if where is not None else ""
+        if term.part is not None:  # a cell per value of the part
+            if bins is not None:
+                raise QueryError(f"bins do not apply to {term.text}: its cells are its values")
+            if term.groups > cap:
+                raise TooLarge(f"a histogram of {term.groups} cells exceeds the limit {limit} = {cap}")
+            boxes, names = zip(*_table_cells([term]), strict=True)
+            cells, labels = _cells(base, boxes, names)
+            request = f"histogram({term.text}){tail}"
+            return Prepared(t, base, cells, labels, "histogram", request, cost, 1)
         covs = requests.histogram_bins(attr, bins, cap, f"{limit} = {cap}")
         request = f"histogram({attr.name})"
         if bins is not None:  # the edges as charged: clamped to the domain
             ends = [c[0] for c in covs if c[0][0] < attr.value_count]
-            edges = [attr.min + s for s, _ in ends] + [attr.min + ends[-1][1]]
-            request = f"histogram({attr.name}, bins={edges})"
-        if where is not None:
-            request += f" where {base.text}"
+            starts = [s for s, _ in ends] + [ends[-1][1]]
+            edges = [_edge(attr, attr.number(p)) for p in starts]
+            request = f"histogram({attr.name}, bins=[{', '.join(edges)}])"
+        request += tail
         cells, labels = _cells(base, ({attr.name: c} for c in covs))
         return Prepared(t, base, cells, labels, "histogram", request, cost, 1)
 
@@ -658,27 +721,31 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         schema = self._schema(t)
         if isinstance(attributes, str):
             raise QueryError("marginal needs a list of attribute names, not one string")
-        names = requests.bounded_list(attributes, len(schema), "attributes")
+        names = requests.bounded_list(attributes, 2 * len(schema), "attributes")
         if not names:
             raise QueryError("marginal needs a non-empty list of attribute names")
-        for a in names:
-            requests.attribute_name(a, schema)
+        terms = [group_term(schema, requests.term_text(a), "marginal") for a in names]
+        names = [t.text for t in terms]
         if len(set(names)) != len(names):
             raise QueryError(f"repeated attribute in marginal {names}")
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
-        attrs = [schema.attribute(a) for a in names]
-        n = math.prod(a.size for a in attrs)
+        n = math.prod(t.groups for t in terms)
         cap, limit = self.limits.cell_cap
         if n > cap:
             raise TooLarge(f"a marginal of {n} cells exceeds the limit {limit} = {cap}")
-        cells, labels = _cells(
-            base,
-            (
-                {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
-                for combo in itertools.product(*(range(a.size) for a in attrs))
-            ),
-        )
+        if any(t.part is not None for t in terms):
+            boxes, texts = zip(*_table_cells(terms), strict=True)
+            cells, labels = _cells(base, boxes, texts)
+        else:
+            attrs = [t.attribute for t in terms]
+            cells, labels = _cells(
+                base,
+                (
+                    {a.name: ((i, i + 1),) for a, i in zip(attrs, combo, strict=True)}
+                    for combo in itertools.product(*(range(a.size) for a in attrs))
+                ),
+            )
         request = f"marginal({', '.join(names)})" + (
             f" where {base.text}" if where is not None else ""
         )
@@ -699,15 +766,21 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         t = self._table(table)
         schema = self._schema(t)
         name = requests.attribute_name(attribute, schema)
-        if schema.attribute(name).type != "integer":
-            raise QueryError(f"sum needs an integer attribute; {name!r} is categorical")
+        attr = schema.attribute(name)
+        if not attr.numeric:
+            raise QueryError(f"sum needs an integer or float attribute; {name!r} is {attr.type}")
         lo, hi = requests.clip_bounds(lower, upper)
+        unit = requests.value_unit(attr, lo, hi)
+        low, high = int(lo / unit), int(hi / unit)  # whole numbers of units
         base = requests.canonical_query(where, schema)
         cost = self.budget.cost(epsilon, rho, mu)
-        request = f"sum({name}, {lo}, {hi})" + (f" where {base.text}" if where is not None else "")
-        return Prepared(
-            t, base, (base,), (request,), "sum", request, cost, max(abs(lo), abs(hi)), name, lo, hi
+        request = f"sum({name}, {decimal_text(lo)}, {decimal_text(hi)})" + (
+            f" where {base.text}" if where is not None else ""
         )
+        return Prepared(
+            t, base, (base,), (request,), "sum", request, cost, max(abs(low), abs(high)),
+            name, low, high, unit,
+        )  # fmt: skip
 
     # --- the analyst's requests ---------------------------------------------------------
 
@@ -822,9 +895,9 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
             cost=self.budget.display(p.cost.amount),
             currency=self.budget.currency,
             noise=name,
-            noise_parameter=param,
-            expected_abs_error=noise.expected_abs(),
-            half_width=half,
+            noise_parameter=param * float(p.unit),
+            expected_abs_error=noise.expected_abs() * float(p.unit),
+            half_width=_in_units(half, p.unit),
             admitted=d.admitted,
             exact=d.exact,
         )

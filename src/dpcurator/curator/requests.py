@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
@@ -21,6 +23,7 @@ from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.boxes import MAX_BOXES
 from dpcurator.queries.histogram import cell_count, histogram_cells
 from dpcurator.queries.predicates import IntervalSet, Predicate
+from dpcurator.queries.values import decimal_places, decimal_text, number_of
 
 #: The longest query text accepted (characters).
 MAX_QUERY_TEXT = 20_000
@@ -148,6 +151,14 @@ def attribute_name(name: object, schema: Schema, what: str = "attribute") -> str
     return name
 
 
+def term_text(term: object) -> str:
+    """An attribute or a part of a time (``month(time_hour)``) as a request names it:
+    text, checked by :func:`~dpcurator.queries.parts.group_term`."""
+    if not isinstance(term, str):
+        raise QueryError(f"attribute must be an attribute name (text), got {type(term).__name__}")
+    return term
+
+
 def bounded_list(items: object, limit: int, what: str, limit_name: str = "") -> list[Any]:
     """A list from any iterable (generators included), refusing more than ``limit`` items
     without consuming more than ``limit + 1`` of them."""
@@ -179,27 +190,60 @@ def histogram_bins(
     attr: Any, bins: object, max_cells: int = MAX_CELLS, limit: str | None = None
 ) -> list[IntervalSet]:
     """The cells of a histogram of ``attr`` (``bins`` None: one per value), each as its
-    coverage on ``attr``: the one rule of :mod:`dpcurator.queries.histogram`, once the
-    edges are checked to be integers (no more than ``max_cells`` of them are read).
-    ``limit`` names the limit in the refusal (``max_cells = N``)."""
+    coverage on ``attr``: the one rule of :mod:`dpcurator.queries.histogram` (edges as
+    the attribute's values are written: numbers, or ISO 8601 text for times and dates;
+    no more than ``max_cells`` of them are read). ``limit`` names the limit in the
+    refusal (``max_cells = N``)."""
     edges = None
     if bins is not None:
-        raw = bounded_list(bins, max_cells + 1, "bins")
-        edges = [integer(b, "every bin edge") for b in raw]
+        edges = bounded_list(bins, max_cells + 1, "bins")
     n = cell_count(attr, edges)
     if n > max_cells:
-        give = ": give bins=" if bins is None and attr.type == "integer" else ""
+        give = ": give bins=" if bins is None and attr.grid is not None else ""
         raise TooLarge(f"a histogram of {n} cells exceeds the limit {limit or max_cells}{give}")
     return histogram_cells(attr, edges)
 
 
-def clip_bounds(lower: object, upper: object) -> tuple[int, int]:
-    lo, hi = integer(lower, "lower"), integer(upper, "upper")
+#: A number as a request may give it: exact (an int, a Fraction, a Decimal, decimal
+#: text) or a float, read as the shortest decimal it prints as (``30.5``, ``0.1``).
+Number = int | float | Decimal | Fraction | str
+#: The most decimal places of a clip bound (and of the unit a sum is counted in).
+MAX_PLACES = 12
+
+
+def number(value: object, name: str) -> Fraction:
+    """An exact, finite number (see :data:`Number`); a bool, NaN or infinity is refused."""
+    x = number_of(value) if not isinstance(value, bool) else None
+    if x is None:
+        raise InvalidParameter(f"{name} must be a finite number, got {value!r}")
+    return x
+
+
+def clip_bounds(lower: object, upper: object) -> tuple[Fraction, Fraction]:
+    """Clip bounds as the exact decimals they are written as."""
+    lo, hi = number(lower, "lower"), number(upper, "upper")
+    for label, x in (("lower", lo), ("upper", hi)):
+        if decimal_places(x) is None or decimal_places(x) > MAX_PLACES:  # type: ignore[operator]
+            raise InvalidParameter(
+                f"{label} must be a decimal number with at most {MAX_PLACES} decimal places, "
+                f"got {lower if label == 'lower' else upper!r}"
+            )
     if lo > hi:
-        raise InvalidParameter(f"lower must be <= upper, got [{lo}, {hi}]")
+        raise InvalidParameter(f"lower must be <= upper, got [{decimal_text(lo)}, {decimal_text(hi)}]")
     if lo == hi == 0:
         raise InvalidParameter("clip bounds [0, 0] make every sum 0: nothing to release")
     return lo, hi
+
+
+def value_unit(attr: Any, *bounds: Fraction) -> Fraction:
+    """The unit a sum of ``attr`` clipped to ``bounds`` is counted in, exactly: the
+    largest power of ten of which every value of the attribute and every bound is a
+    whole multiple (1 for integers clipped to integers; 0.1 for a float on a step of 0.1
+    clipped to [30.5, 60.5]). The sums, their noise and sensitivity are then integers in
+    that unit, and the answers are scaled back exactly."""
+    lo, unit = attr.grid
+    places = max(decimal_places(x) or 0 for x in (unit, lo * unit, *bounds))
+    return Fraction(1, 10**places)
 
 
 def analyst_name(name: object) -> str:

@@ -54,7 +54,9 @@ from dpcurator.mechanisms.quantile import (
 )
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, intersection
-from dpcurator.queries.predicates import complement, render_coverage
+from dpcurator.queries.parts import GroupTerm, group_term
+from dpcurator.queries.predicates import complement
+from dpcurator.queries.values import decimal_text
 
 #: The statistics a curator answers besides counts and sums.
 STATISTICS = ("mean", "variance", "stdev", "share", "quantile", "quantiles", "median")
@@ -84,8 +86,9 @@ class PreparedStatistic:
     by: tuple[str, ...]
     labels: tuple[str, ...]  # one per group cell
     moments: MomentsMechanism | None = None
-    lower: int = 0
+    lower: int = 0  # clip bounds in units of ``unit``
     upper: int = 0
+    unit: Fraction = Fraction(1)
     qs: tuple[Fraction, ...] = ()
     selections: tuple[QuantileMechanism, ...] = ()
     candidates: tuple[int, ...] = ()  # value positions
@@ -135,7 +138,8 @@ class StatisticCore:
     def _groups(
         self, schema: Schema, by: object, attribute: str
     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The ``by`` attribute names and the label of every group cell."""
+        """The ``by`` group terms (attributes, or parts of times such as
+        ``month(time_hour)``) as written canonically, and the label of every group cell."""
         if by is None:
             return (), ("",)
         if isinstance(by, bytes) or not isinstance(by, str | Iterable):
@@ -143,18 +147,17 @@ class StatisticCore:
         names = [by] if isinstance(by, str) else requests.bounded_list(by, len(schema), "by")
         if not names:
             return (), ("",)
-        for n in names:
-            requests.attribute_name(n, schema, "by")
-        if len(set(names)) != len(names):
+        terms = [group_term(schema, n) for n in names]
+        texts = [t.text if t.part is not None else t.attribute.name for t in terms]
+        if len(set(texts)) != len(texts):
             raise QueryError(f"by names an attribute twice: {names}")
-        if attribute in names:
+        if attribute in texts:
             raise QueryError(f"by must not include the attribute {attribute!r} itself")
-        attrs = [schema.attribute(n) for n in names]
-        cells = math.prod(a.size for a in attrs)
+        cells = math.prod(t.groups for t in terms)
         cap, limit = self.limits.cell_cap
         if cells > cap:
-            raise TooLarge(f"by={names} makes {cells} groups, over the limit {limit} = {cap}")
-        return tuple(names), tuple(group_labels(attrs))
+            raise TooLarge(f"by={texts} makes {cells} groups, over the limit {limit} = {cap}")
+        return tuple(texts), tuple(group_labels(terms))
 
     def _base(
         self, schema: Schema, attribute: str, base: Query | BooleanQuery
@@ -205,21 +208,27 @@ class StatisticCore:
         t = self._table(table)  # type: ignore[attr-defined]
         schema = self._schema(t)  # type: ignore[attr-defined]
         name = requests.attribute_name(attribute, schema)
-        if schema.attribute(name).type != "integer":
-            raise QueryError(f"{kind} needs an integer attribute; {name!r} is categorical")
+        attr = schema.attribute(name)
+        if not attr.numeric:
+            raise QueryError(f"{kind} needs an integer or float attribute; {name!r} is {attr.type}")
         lo, hi = requests.clip_bounds(lower, upper)
+        shown = f"[{decimal_text(lo)}, {decimal_text(hi)}]"
         if lo == hi:
             raise InvalidParameter(
-                f"the {kind} of values clipped to [{lo}, {hi}] is known: give lower < upper"
+                f"the {kind} of values clipped to {shown} is known: give lower < upper"
             )
         if max(-lo, hi) > MAX_MOMENT_BOUND:
             raise InvalidParameter(
                 f"a {kind} needs clip bounds within [-2^128, 2^128] (about 3.4e38), got "
-                f"[{scientific(Fraction(lo))}, {scientific(Fraction(hi))}]"
+                f"[{scientific(lo)}, {scientific(hi)}]"
             )
-        if kind != "mean" and hi - lo > MAX_VARIANCE_SPAN:
+        unit = requests.value_unit(attr, lo, hi)
+        low, high = int(lo / unit), int(hi / unit)  # whole numbers of units
+        if kind != "mean" and high - low > MAX_VARIANCE_SPAN:
+            per = "" if unit == 1 else f" / {decimal_text(unit)}"
             raise InvalidParameter(
-                f"a {kind} needs upper - lower <= {MAX_VARIANCE_SPAN}, got {scientific(Fraction(hi - lo))}"
+                f"a {kind} needs (upper - lower){per} <= {MAX_VARIANCE_SPAN}, got "
+                f"{scientific(Fraction(high - low))}"
             )
         names, labels = self._groups(schema, by, name)
         w = requests.canonical_query(where, schema)
@@ -228,13 +237,18 @@ class StatisticCore:
         noises = [
             self._noise(c, s)[0]  # type: ignore[attr-defined]
             for c, s in zip(
-                self._shares(cost, shares(kind)), sensitivities(kind, lo, hi, self._k), strict=True
+                self._shares(cost, shares(kind)),
+                sensitivities(kind, low, high, self._k),
+                strict=True,
             )
         ]
-        request = f"{kind}({name}, {lo}, {hi}{self._tail(where, w, names)})"
+        request = (
+            f"{kind}({name}, {decimal_text(lo)}, {decimal_text(hi)}{self._tail(where, w, names)})"
+        )
         return PreparedStatistic(
             t, base, kind, request, cost, name, names, labels,
-            moments=MomentsMechanism(kind, lo, hi, *noises), lower=lo, upper=hi,
+            moments=MomentsMechanism(kind, low, high, *noises, unit=unit),
+            lower=low, upper=high, unit=unit,
         )  # fmt: skip
 
     def _prepare_share(
@@ -354,6 +368,14 @@ class StatisticCore:
             if not attr.min <= v <= attr.max:
                 raise QueryError(f"candidate {v} is outside {attr.name!r} [{attr.min}, {attr.max}]")
             return v - attr.min
+        if attr.grid is not None:  # a float, a timestamp, a date
+            x = attr.grid_number(value)
+            try:
+                return int(attr.exact_position(x)) if x is not None else attr.position(value)
+            except KeyError:
+                raise QueryError(
+                    f"candidate {value!r} is not a value of {attr.name!r} {attr.describe()}"
+                ) from None
         if not isinstance(value, str) or value not in attr.values:
             raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}")
         return int(attr.position(value))
@@ -388,14 +410,15 @@ class StatisticCore:
         alpha = float(1 - CONFIDENCE)
         if p.holds is not None:  # a share: the indicator's sum is a count
             schema = self._schema(p.table)  # type: ignore[attr-defined]
-            one = schema.attribute(p.by[0] if p.by else schema.names[0])
+            one = group_term(schema, p.by[0]).attribute if p.by else schema.attributes[0]
             whole = [0, one.size]  # one bin: every row of the group
             n = be.binned_counts(one.name, whole, p.covered, p.by)[:, 0]
             s1 = be.binned_counts(one.name, whole, p.holds, p.by)[:, 0]
             s2 = None
         elif p.moments is not None:
             n, s1, s2 = be.clipped_moments(
-                p.attribute, p.lower, p.upper, p.covered, p.by, squares=p.kind != "mean"
+                p.attribute, p.lower, p.upper, p.covered, p.by, squares=p.kind != "mean",
+                unit=p.unit,
             )
         if p.moments is not None:
             exact: list[tuple[int, ...]] = []
@@ -514,10 +537,10 @@ class StatisticCore:
         )
 
 
-def group_labels(attrs: Sequence[Any]) -> Iterator[str]:
-    """The condition of every group of ``by`` attributes ``attrs``, in the order results
-    come in: every combination of their values, the last attribute varying fastest."""
-    parts = [[render_coverage(a, ((p, p + 1),)) for p in range(a.size)] for a in attrs]
+def group_labels(terms: Sequence[GroupTerm]) -> Iterator[str]:
+    """The condition of every group of ``by`` terms, in the order results come in: every
+    combination of their groups, the last term varying fastest."""
+    parts = [[t.label(g) for g in range(t.groups)] for t in terms]
     return (" AND ".join(c) for c in itertools.product(*parts))
 
 
@@ -573,7 +596,7 @@ def recorded_results(
         isinstance(rows, list)
         and isinstance(columns, list)
         and isinstance(by, list)
-        and all(isinstance(n, str) and n in schema for n in by)
+        and all(isinstance(n, str) and _known_term(schema, n) for n in by)
         and isinstance(groups, int)
         and not isinstance(groups, bool)
         and groups >= 1
@@ -584,7 +607,7 @@ def recorded_results(
         return []
     each = len(rows) // groups  # results per group: one per quantile
     shown = groups if limit is None else min(groups, -(-limit // each))
-    labels = itertools.islice(group_labels([schema.attribute(n) for n in by]), shown)
+    labels = itertools.islice(group_labels([group_term(schema, n) for n in by]), shown)
     out: list[object] = []
     for label, i in zip(labels, range(0, len(rows), each), strict=False):
         for row in rows[i : i + each]:
@@ -595,6 +618,14 @@ def recorded_results(
                         del fields[flag]
                 out.append({"group": label, **fields})
     return out[:limit]
+
+
+def _known_term(schema: Schema, text: str) -> bool:
+    try:
+        group_term(schema, text)
+    except QueryError:
+        return False
+    return True
 
 
 #: Result fields a record holds only when true (stored as null in the other rows of a

@@ -136,6 +136,10 @@ class MomentsMechanism:
     count: Noise
     total: Noise
     squares: Noise | None = None
+    #: What ``lower``, ``upper`` and the sums are counted in: 1, or a float attribute's
+    #: step (or a power of ten below it). Estimates, intervals and errors are given in
+    #: the attribute's own units, scaled exactly before they are rounded outward.
+    unit: Fraction = Fraction(1)
 
     @property
     def noises(self) -> tuple[Noise, ...]:
@@ -158,6 +162,8 @@ class MomentsMechanism:
             return self._mean(n, s, alpha)
         assert t is not None
         value, (lo, hi), sd = self._variance(n, s, t, alpha)
+        u2 = self.unit * self.unit
+        value, lo, hi, sd = value * u2, lo * u2, hi * u2, sd * float(u2)
         if self.statistic == "variance":
             return _down(value), (_down(lo), _up(hi)), sd
         root = _sqrt_down(value)
@@ -182,7 +188,12 @@ class MomentsMechanism:
             self.total.variance() / (4 * float(nn) ** 2)
             + off * off * self.count.variance() / float(nn) ** 2
         )
-        return float(value), (_down(interval[0]), _up(interval[1])), math.sqrt(var)
+        u = self.unit
+        return (
+            float(value * u),
+            (_down(interval[0] * u), _up(interval[1] * u)),
+            math.sqrt(var) * float(u),
+        )
 
     def _variance(
         self, n: int, s: int, t: int, alpha: float
@@ -223,9 +234,10 @@ class MomentsMechanism:
     def whole_range(self) -> tuple[float, float]:
         """Every value the statistic can take, rounded outward like its intervals:
         [L, U] (a mean), [0, R^2/4] (a variance), [0, R/2] (a standard deviation)."""
+        u = self.unit
         if self.statistic == "mean":
-            return _down(Fraction(self.lower)), _up(Fraction(self.upper))
-        r2 = Fraction((self.upper - self.lower) ** 2, 4)
+            return _down(self.lower * u), _up(self.upper * u)
+        r2 = Fraction((self.upper - self.lower) ** 2, 4) * u * u
         return 0.0, (_up(r2) if self.statistic == "variance" else _sqrt_up(r2))
 
     def informative(self, interval: tuple[float, float]) -> bool:
@@ -241,8 +253,9 @@ class MomentsMechanism:
         """The first-order standard error in a group of n rows is at most this over n,
         wherever the data lie within the bounds (the variance's, for a standard deviation)."""
         r = float(self.upper - self.lower)
+        u = float(self.unit)
         if self.statistic == "mean":
-            return math.sqrt(self.total.variance() / 4 + (r / 2) ** 2 * self.count.variance())
+            return math.sqrt(self.total.variance() / 4 + (r / 2) ** 2 * self.count.variance()) * u
         assert self.squares is not None
         return (
             math.sqrt(
@@ -251,6 +264,8 @@ class MomentsMechanism:
                 + (2.5 * r * r) ** 2 * self.count.variance()
             )
             / 4
+            * u
+            * u
         )
 
     def __str__(self) -> str:

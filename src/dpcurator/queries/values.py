@@ -15,13 +15,18 @@ import datetime as dt
 import functools
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
     "TIME_UNITS",
+    "as_decimal",
+    "date_text",
+    "decimal_places",
     "decimal_text",
+    "instant_text",
+    "number_of",
     "parse_boolean",
     "parse_date",
     "parse_instant",
@@ -87,25 +92,35 @@ def parse_number(text: str) -> Fraction | None:
     return -value if sign == "-" else value
 
 
-def decimal_text(x: Fraction) -> str:
-    """A number as the shortest decimal text that reads back as it (``39.1``, ``-60``,
-    ``0.001``); only for numbers with a finite decimal expansion."""
-    d = Decimal(x.numerator) / Decimal(x.denominator)
-    if Fraction(d) != x:
-        raise ValueError(f"{x} has no short decimal expansion")
-    text = format(d.normalize(), "f")
-    return "0" if text in ("-0", "") else text
+def decimal_places(x: Fraction) -> int | None:
+    """The decimal places of ``x`` (0 for an integer), or None if its decimal expansion
+    does not end (a third)."""
+    d, twos, fives = x.denominator, 0, 0
+    while d % 2 == 0:
+        d //= 2
+        twos += 1
+    while d % 5 == 0:
+        d //= 5
+        fives += 1
+    return max(twos, fives) if d == 1 else None
 
 
 def as_decimal(x: Fraction) -> Decimal:
-    """A number with a finite decimal expansion as an exact :class:`Decimal`."""
-    try:
-        d = Decimal(x.numerator) / Decimal(x.denominator)
-    except InvalidOperation:  # pragma: no cover - finite expansions never fail
-        raise ValueError(f"{x} has no finite decimal expansion") from None
-    if Fraction(d) != x:
+    """A number with a finite decimal expansion as an exact :class:`Decimal` (integer
+    arithmetic: no context precision rounds it)."""
+    places = decimal_places(x)
+    if places is None:
         raise ValueError(f"{x} has no finite decimal expansion")
-    return d
+    digits = x.numerator * (10**places // x.denominator)
+    return Decimal(digits).scaleb(-places)
+
+
+def decimal_text(x: Fraction) -> str:
+    """A number as the shortest decimal text that reads back as it (``39.1``, ``-60``,
+    ``0.001``); only for numbers with a finite decimal expansion."""
+    d = as_decimal(x)
+    text = format(d.normalize(), "f") if d else "0"
+    return "0" if text in ("-0", "") else text
 
 
 def number_of(value: object) -> Fraction | None:
