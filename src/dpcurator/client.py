@@ -13,6 +13,7 @@ so a script moves from one to the other by changing the line that makes the sess
 
 from __future__ import annotations
 
+import datetime as dt
 import email.utils
 import itertools
 import json
@@ -21,9 +22,12 @@ import os
 import ssl
 import time
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import httpx
+import numpy as np
 
 from dpcurator import errors
 from dpcurator.curator.answers import (
@@ -36,6 +40,7 @@ from dpcurator.curator.answers import (
 )
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
+from dpcurator.queries.values import decimal_text
 
 #: The exception each error reason of the service becomes.
 _ERRORS: dict[str, type[errors.DpCuratorError]] = {
@@ -147,6 +152,30 @@ def _statistic(d: dict[str, Any]) -> StatisticAnswer:
     )
 
 
+def _wire(value: Any) -> Any:
+    """A value as JSON carries it exactly: a Decimal or a decimal Fraction as its decimal
+    text ("30.5"), a datetime or date as ISO 8601 text, numpy numbers as Python's; lists
+    element by element; anything else as it is (the server validates it)."""
+    if isinstance(value, list | tuple):
+        return [_wire(v) for v in value]
+    if isinstance(value, Decimal):
+        return str(value) if value.is_finite() else value
+    if isinstance(value, Fraction):
+        try:
+            return decimal_text(value)
+        except ValueError:
+            return float(value)
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
 class Client:
     """An analyst's connection to a dpcurator service (``url``, bearer ``token``).
 
@@ -251,7 +280,7 @@ class Client:
 
     @staticmethod
     def _body(**fields: Any) -> dict[str, Any]:
-        return {k: v for k, v in fields.items() if v is not None}
+        return {k: _wire(v) for k, v in fields.items() if v is not None}
 
     # --- the analyst session -----------------------------------------------------------
 
@@ -284,7 +313,7 @@ class Client:
     def histogram(
         self,
         attribute: str,
-        bins: Sequence[int] | None = None,
+        bins: Sequence[float | int | str] | None = None,
         *,
         where: str | None = None,
         epsilon: float | None = None,
@@ -321,8 +350,8 @@ class Client:
     def sum(
         self,
         attribute: str,
-        lower: int,
-        upper: int,
+        lower: float | int | str | Decimal,
+        upper: float | int | str | Decimal,
         where: str | None = None,
         *,
         epsilon: float | None = None,
@@ -348,8 +377,8 @@ class Client:
     def mean(
         self,
         attribute: str,
-        lower: int,
-        upper: int,
+        lower: float | int | str | Decimal,
+        upper: float | int | str | Decimal,
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
@@ -383,8 +412,8 @@ class Client:
     def variance(
         self,
         attribute: str,
-        lower: int,
-        upper: int,
+        lower: float | int | str | Decimal,
+        upper: float | int | str | Decimal,
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
@@ -401,8 +430,8 @@ class Client:
     def stdev(
         self,
         attribute: str,
-        lower: int,
-        upper: int,
+        lower: float | int | str | Decimal,
+        upper: float | int | str | Decimal,
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
@@ -423,7 +452,7 @@ class Client:
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
+        candidates: Sequence[float | int | str] | None = None,
         epsilon: float | None = None,
         rho: float | None = None,
         mu: float | None = None,
@@ -441,7 +470,7 @@ class Client:
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
+        candidates: Sequence[float | int | str] | None = None,
         epsilon: float | None = None,
         rho: float | None = None,
         mu: float | None = None,
@@ -458,7 +487,7 @@ class Client:
         where: str | None = None,
         *,
         by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
+        candidates: Sequence[float | int | str] | None = None,
         epsilon: float | None = None,
         rho: float | None = None,
         mu: float | None = None,

@@ -452,9 +452,9 @@ def test_a_4xx_says_what_to_change(server: Server) -> None:
         ),
         (
             "/v1/histogram",
-            b'{"attribute": "age", "bins": [1, "x"]}',
+            b'{"attribute": "age", "bins": [1, true]}',
             "invalid_request",
-            ["bins[1]: must be an integer, got the text 'x'"],
+            ["bins[1]: must be"],
         ),
         (
             "/v1/count",

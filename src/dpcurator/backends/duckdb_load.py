@@ -22,13 +22,13 @@ import pyarrow.parquet as pq
 from dpcurator.backends._sql import ident
 from dpcurator.backends._validation import (
     INT_TEXT_PATTERN,
+    MAPPED_TYPES,
     NOT_SHOWN,
     WHITESPACE,
     ZERO_FRACTION,
-    MAPPED_TYPES,
     LoadReport,
     check_dropped,
-    value_codes,
+    check_load_options,
     column_count_message,
     duplicate_column_message,
     first_line,
@@ -38,6 +38,7 @@ from dpcurator.backends._validation import (
     missing_texts,
     no_column_message,
     no_unit_column_message,
+    value_codes,
 )
 from dpcurator.backends.unit_rows import (
     FLOAT_INTEGERS,
@@ -303,6 +304,66 @@ class Loader:
         unit_key: bytes | None,
         max_dropped: float = 0.05,
     ) -> LoadReport:
+        schema = self.schema
+        types, id_col = self._stage(name, privacy_unit)
+        stats = self._stats(replace, privacy_unit)
+        n_attr = len(schema.attributes)
+        rows_read = int(stats[0])
+        bad: list[tuple[int, int, int]] = []  # (attribute index, rows, first row)
+        replaced: dict[str, int] = {}
+        for i, attr in enumerate(schema.attributes):
+            n_bad, first = int(stats[1 + 2 * i]), stats[2 + 2 * i]
+            if n_bad == 0:
+                continue
+            if attr.name in replace:
+                replaced[attr.name] = n_bad
+            else:
+                bad.append((i, n_bad, int(first)))
+        id_bad = None
+        if on_invalid == "drop":
+            invalid_rows = int(stats[1 + 2 * n_attr])
+            check_dropped(
+                self.source, schema, [(i, n) for i, n, _ in bad], invalid_rows, rows_read,
+                max_dropped,
+            )  # fmt: skip
+        if privacy_unit is not None and int(stats[-2]):
+            id_bad = (int(stats[-2]), int(stats[-1]))
+        if on_invalid == "error":
+            if bad:
+                raise DataError(self._invalid_message(bad))
+            if id_bad is not None:
+                raise DataError(
+                    missing_id_message(self.source, privacy_unit[0], *id_bad)  # type: ignore[index]
+                )
+
+        # Final table: replacements, the drop rule, then the privacy unit's choice.
+        missing_ids = id_bad[0] if id_bad else 0
+        n_rows, unit = self._final_table(
+            name,
+            drop=on_invalid == "drop",
+            replace=replace,
+            privacy_unit=privacy_unit,
+            unit_key=unit_key,
+            id_type=types[id_col] if id_col is not None else "",
+            missing_ids=missing_ids,
+        )
+        dropped_unit = missing_ids + unit.dropped_by_cap if unit is not None else 0
+        # Under the drop rule, the rest of the shortfall is invalid rows.
+        dropped_invalid = rows_read - dropped_unit - n_rows if on_invalid == "drop" else 0
+        return LoadReport(
+            rows_read=rows_read,
+            rows=n_rows,
+            dropped_invalid=dropped_invalid,
+            dropped_privacy_unit=dropped_unit,
+            replaced=replaced,
+            unit=unit,
+        )
+
+    def _stage(
+        self, name: str | None, privacy_unit: tuple[str, int] | None
+    ) -> tuple[dict[str, str], str | None]:
+        """The stage: every attribute's code (NULL where invalid) and the privacy unit's
+        id, per raw row (``name``: the final table's, checked to be free first)."""
         con = self.con
         schema = self.schema
         types = self._column_types()
@@ -319,7 +380,7 @@ class Loader:
             if id_col is None:
                 raise DataError(no_unit_column_message(self.source, privacy_unit[0]))
         # DuckDB catalog names are case-insensitive: "Data" and "data" are one table.
-        exists = con.execute(
+        exists = None if name is None else con.execute(
             "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
             "WHERE NOT temporary UNION ALL SELECT view_name, schema_name FROM duckdb_views() "
             "WHERE NOT temporary) WHERE lower(t) = lower(?) AND s = current_schema()",
@@ -455,6 +516,12 @@ class Loader:
         self.tables.append(self.stage)
         self._sql(sql, [*outer_params, *params, *join_params])
 
+        return types, id_col
+
+    def _stats(self, replace: Mapping[str, int], privacy_unit: tuple[str, int] | None) -> Any:
+        """Over every staged row: the rows, and per attribute its invalid rows and the
+        first; the rows the drop rule removes; rows without a unit id and the first."""
+        schema = self.schema
         # Validation over every row: count and first row of invalid values per attribute.
         n_attr = len(schema.attributes)
         aggs = ["count(*)"]
@@ -473,56 +540,20 @@ class Loader:
             aggs.append("min(__row) FILTER (WHERE __id IS NULL)")
         stats = self._sql(f"SELECT {', '.join(aggs)} FROM {ident(self.stage)}").fetchall()[0]
         assert stats is not None
-        rows_read = int(stats[0])
-        bad: list[tuple[int, int, int]] = []  # (attribute index, rows, first row)
-        replaced: dict[str, int] = {}
-        for i, attr in enumerate(schema.attributes):
-            n_bad, first = int(stats[1 + 2 * i]), stats[2 + 2 * i]
-            if n_bad == 0:
-                continue
-            if attr.name in replace:
-                replaced[attr.name] = n_bad
-            else:
-                bad.append((i, n_bad, int(first)))
-        id_bad = None
-        if on_invalid == "drop":
-            invalid_rows = int(stats[1 + 2 * n_attr])
-            check_dropped(
-                self.source, schema, [(i, n) for i, n, _ in bad], invalid_rows, rows_read,
-                max_dropped,
-            )  # fmt: skip
-        if privacy_unit is not None and int(stats[-2]):
-            id_bad = (int(stats[-2]), int(stats[-1]))
-        if on_invalid == "error":
-            if bad:
-                raise DataError(self._invalid_message(bad))
-            if id_bad is not None:
-                raise DataError(
-                    missing_id_message(self.source, privacy_unit[0], *id_bad)  # type: ignore[index]
-                )
+        return stats
 
-        # Final table: replacements, the drop rule, then the privacy unit's choice.
-        missing_ids = id_bad[0] if id_bad else 0
-        n_rows, unit = self._final_table(
-            name,
-            drop=on_invalid == "drop",
-            replace=replace,
-            privacy_unit=privacy_unit,
-            unit_key=unit_key,
-            id_type=types[id_col] if id_col is not None else "",
-            missing_ids=missing_ids,
-        )
-        dropped_unit = missing_ids + unit.dropped_by_cap if unit is not None else 0
-        # Under the drop rule, the rest of the shortfall is invalid rows.
-        dropped_invalid = rows_read - dropped_unit - n_rows if on_invalid == "drop" else 0
-        return LoadReport(
-            rows_read=rows_read,
-            rows=n_rows,
-            dropped_invalid=dropped_invalid,
-            dropped_privacy_unit=dropped_unit,
-            replaced=replaced,
-            unit=unit,
-        )
+    def refusals(self) -> tuple[int, list[tuple[str, int, str]]]:
+        """Every attribute's invalid rows at once, for ``dpcurator schema check``: the rows
+        read, and per attribute with invalid rows (name, rows, the refusal a load would
+        give for it alone: its first row, value and fix)."""
+        self._stage(None, None)
+        stats = self._stats({}, None)
+        out = []
+        for i, attr in enumerate(self.schema.attributes):
+            n_bad, first = int(stats[1 + 2 * i]), stats[2 + 2 * i]
+            if n_bad:
+                out.append((attr.name, n_bad, self._invalid_message([(i, n_bad, int(first))])))
+        return int(stats[0]), out
 
     def _final_table(
         self,
@@ -602,3 +633,20 @@ class Loader:
             ).fetchall()[0]
             raw = row[0] if row else None
         return invalid_message(self.source, self.schema, bad, raw=raw, missing=self.missing)
+
+
+def refusals(
+    data: str | Path, schema: Schema, *, separator: str = ","
+) -> tuple[int, list[tuple[str, int, str]]]:
+    """Which rows of a file ``schema`` would refuse, every attribute at once (one read of
+    the file): the rows read, and per attribute with invalid rows its name, their number
+    and the refusal a load would give (:meth:`Loader.refusals`). Charges nothing."""
+    opts = check_load_options(schema, separator=separator)
+    con = duckdb.connect()
+    loader = Loader(con, opts.schema, show_values=True, missing=opts.missing)
+    try:
+        loader.ingest(data, separator=opts.separator, header=None, columns=None, skip=0)
+        return loader.refusals()
+    finally:
+        loader.cleanup()
+        con.close()

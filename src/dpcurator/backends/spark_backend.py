@@ -33,11 +33,11 @@ from dpcurator.backends import _grouping, unions
 from dpcurator.backends._contract import contract
 from dpcurator.backends._sql import coverage_parts
 from dpcurator.backends._validation import (
+    ClipPlan,
     Coverages,
     LoadReport,
     QueryChecker,
     check_load_options,
-    ClipPlan,
     clip_plan,
     summed_rows,
 )

@@ -17,9 +17,11 @@ from pathlib import Path
 from dpcurator.errors import DataError, InvalidParameter
 
 _EPILOG = """\
-draft: integer columns get bounds rounded outward, text and boolean columns their values
-(as the loader reads them), columns with blank or NA cells a missing value; date and time
-columns are left out (not supported yet). Review every line it prints before publishing.
+draft: each column gets the first type that fits it: boolean, date, timestamp (the
+coarsest unit its values are whole in), integer, float (a step nearly every value is
+written to), categorical (its values; more than 50 go to a values file beside --out);
+bounds rounded outward (times to whole years); columns with blank or NA cells a missing
+value. Review every line it prints before publishing.
 check: exit status 0 when every row loads, 1 when some would not (each column's count,
 its first bad row and the fix), 2 on bad input. Neither charges anything."""
 
@@ -55,13 +57,18 @@ def run_draft(args: argparse.Namespace) -> int:
     attrs = [c.attribute for c in columns if c.attribute is not None]
     if not attrs:
         raise DataError(f"{args.data}: no column can be drafted")
-    text = json.dumps(Schema.from_dict({"attributes": attrs}).to_dict(), indent=2) + "\n"
+    schema = Schema.from_dict({"attributes": attrs}).to_dict()
     report = sys.stderr if args.out is None else sys.stdout
     if args.out is None:
-        sys.stdout.write(text)
+        sys.stdout.write(json.dumps(schema, indent=2) + "\n")
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}: {len(attrs)} attributes", file=report)
+        out = Path(args.out)
+        files = _values_files(schema, out)
+        for path, lines in files.items():
+            path.write_text("".join(f"{v}\n" for v in lines), encoding="utf-8")
+        out.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+        also = f" (and {len(files)} values files beside it)" if files else ""
+        print(f"wrote {args.out}: {len(attrs)} attributes{also}", file=report)
     print(
         "review before publishing: a domain read from the data reveals its extremes and "
         "rare values; replace what is listed below by public bounds and lists",
@@ -73,26 +80,42 @@ def run_draft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _values_files(schema: dict, out: Path) -> dict[Path, list[str]]:
+    """Long value lists moved to files beside the schema (``flights.dest.txt``), one value
+    per line; ``schema`` is changed to name them (``"values_file"``)."""
+    from dpcurator.backends.schema_draft import MANY_VALUES
+
+    files: dict[Path, list[str]] = {}
+    for a in schema["attributes"]:
+        vals = a.get("values", [])
+        if len(vals) <= MANY_VALUES or any(("\n" in v or "\r" in v) for v in vals):
+            continue
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in a["name"])
+        path = out.with_name(f"{out.stem}.{safe}.txt")
+        while path in files:
+            path = path.with_name(path.stem + "_.txt")
+        files[path] = vals
+        a.pop("values")
+        a["values_file"] = path.name
+    return files
+
+
 def run_check(args: argparse.Namespace) -> int:
-    from dpcurator.backends.duckdb_backend import DuckDBBackend
+    from dpcurator.backends.duckdb_load import refusals
     from dpcurator.cli import cli_terms
     from dpcurator.queries import Schema
 
     schema = Schema.load(args.schema)
-    bad = 0
+    rows, refused = refusals(args.data, schema, separator=args.separator)
+    bad = {name: message for name, _, message in refused}
     for attr in schema.attributes:
-        try:
-            b = DuckDBBackend.load(args.data, Schema((attr,)), separator=args.separator)
-        except DataError as err:
-            bad += 1
-            message = cli_terms(str(err)).split(": ", 1)[-1]
+        if attr.name in bad:
+            message = cli_terms(bad[attr.name]).split(": ", 1)[-1]
             print(f"{message.replace('fix the data', 'fix', 1)}")
-            continue
-        rows = b.report.rows_read
-        b.close()
-        print(f"attribute {attr.name!r}: all {rows:,} rows load")
+        else:
+            print(f"attribute {attr.name!r}: all {rows:,} rows load")
     if bad:
-        print(f"{bad} of {len(schema)} attributes have rows that would not load")
+        print(f"{len(bad)} of {len(schema)} attributes have rows that would not load")
         return 1
     print("every row loads")
     return 0

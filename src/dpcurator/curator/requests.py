@@ -204,16 +204,17 @@ def histogram_bins(
     return histogram_cells(attr, edges)
 
 
-#: A number as a request may give it: exact (an int, a Fraction, a Decimal, decimal
-#: text) or a float, read as the shortest decimal it prints as (``30.5``, ``0.1``).
-Number = int | float | Decimal | Fraction | str
+#: A number as a request may give it: exact (an int, a Fraction, a Decimal) or a float,
+#: read as the shortest decimal it prints as (``30.5``, ``0.1``).
+Number = int | float | Decimal | Fraction
 #: The most decimal places of a clip bound (and of the unit a sum is counted in).
 MAX_PLACES = 12
 
 
 def number(value: object, name: str) -> Fraction:
-    """An exact, finite number (see :data:`Number`); a bool, NaN or infinity is refused."""
-    x = number_of(value) if not isinstance(value, bool) else None
+    """An exact, finite number (see :data:`Number`, text aside: a bound is a number); a
+    bool, text, NaN or infinity is refused."""
+    x = number_of(value) if not isinstance(value, bool | str) else None
     if x is None:
         raise InvalidParameter(f"{name} must be a finite number, got {value!r}")
     return x

@@ -26,6 +26,7 @@ from dpcurator.queries import boxes as bx
 from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.boolean import make as make_query
 from dpcurator.queries.histogram import cell_count, histogram_cells
+from dpcurator.queries.parts import PARTS, GroupTerm, Part, group_term, part_of
 from dpcurator.queries.predicates import (
     KEYWORDS,
     IntervalSet,
@@ -36,7 +37,6 @@ from dpcurator.queries.predicates import (
     normalize,
     render_name,
 )
-from dpcurator.queries.parts import PARTS, GroupTerm, Part, group_term, part_of
 from dpcurator.queries.schema import Attribute, Schema
 from dpcurator.queries.statistics import (
     STATISTIC_LINE,
@@ -44,7 +44,13 @@ from dpcurator.queries.statistics import (
     parse_statistic,
     split_arguments,
 )
-from dpcurator.queries.values import number_of, parse_boolean, parse_date, parse_instant, parse_number
+from dpcurator.queries.values import (
+    number_of,
+    parse_boolean,
+    parse_date,
+    parse_instant,
+    parse_number,
+)
 
 #: A workload may expand (histograms, marginals) to at most this many queries.
 MAX_QUERIES = 2_000_000

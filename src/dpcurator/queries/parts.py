@@ -29,7 +29,13 @@ import numpy as np
 
 from dpcurator.errors import QueryError, TooLarge
 from dpcurator.queries import values
-from dpcurator.queries.predicates import IntervalSet, complement, normalize, render_coverage, render_name
+from dpcurator.queries.predicates import (
+    IntervalSet,
+    complement,
+    normalize,
+    render_coverage,
+    render_name,
+)
 from dpcurator.queries.schema import Attribute, Schema
 
 __all__ = ["MAX_SEGMENTS", "PARTS", "GroupTerm", "Part", "group_term", "part_of"]
@@ -117,7 +123,7 @@ def _part(attr: Attribute, name: str) -> Part:
         )
     if attr.type == "date":
         starts, vals = _date_pieces(int(first), int(last), name)
-        positions = [s - lo for s in starts]
+        positions = [max(0, s - lo) for s in starts]
     else:
         zone = attr.timezone or "UTC"
         starts, vals = _instant_pieces(int(first), int(last), name, zone)

@@ -398,7 +398,7 @@ class Attribute:
                 return int(bool(value))  # type: ignore[arg-type]
             raise KeyError(value)
         x = self.grid_number(value)
-        if x is None or isinstance(value, str) and self.type == "float":
+        if x is None or (isinstance(value, str) and self.type == "float"):
             raise KeyError(value)
         return self.exact_position(x)
 
@@ -636,6 +636,11 @@ class Schema:
             if kind == "integer" and a.get("ordered", True) is not True:
                 raise SchemaError(f"attribute {name!r}: integer attributes are ordered")
             fields: dict[str, Any] = {"missing": a.get("missing")}
+            if "values_file" in a:
+                raise SchemaError(
+                    f"attribute {name!r}: 'values_file' is read from a schema file "
+                    "(Schema.load, --schema FILE), relative to it"
+                )
             if kind == "categorical":
                 vals = a.get("values")
                 if not isinstance(vals, Sequence) or isinstance(vals, str):
@@ -680,10 +685,50 @@ class Schema:
         except json.JSONDecodeError as err:
             raise SchemaError(f"{p}:{err.lineno}: invalid JSON: {err.msg}") from None
         try:
-            return cls.from_dict(d)
+            return cls.from_dict(_with_values_files(d, p.parent))
         except SchemaError as err:
             raise SchemaError(f"{p}: {err}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form read by :meth:`from_dict`."""
         return {"attributes": [a.to_dict() for a in self.attributes]}
+
+
+#: The most bytes a categorical's values file may hold.
+MAX_VALUES_FILE = 64 * 1024 * 1024
+
+
+def _with_values_files(d: object, folder: Path) -> object:
+    """A schema's JSON with each categorical's ``"values_file"`` (a file beside the
+    schema, one value per line, UTF-8) read into its ``"values"``: a long public list
+    (airport codes, countries) kept out of the schema's own text. The schema as the
+    ledger records it has the values inline."""
+    if not isinstance(d, Mapping) or not isinstance(d.get("attributes"), list):
+        return d
+    attrs = []
+    for a in d["attributes"]:
+        if isinstance(a, Mapping) and "values_file" in a:
+            name = a.get("name")
+            if "values" in a:
+                raise SchemaError(f"attribute {name!r}: give 'values' or 'values_file', not both")
+            rel = a["values_file"]
+            if not isinstance(rel, str) or not rel:
+                raise SchemaError(f"attribute {name!r}: 'values_file' must be a file name")
+            path = folder / rel
+            try:
+                if path.stat().st_size > MAX_VALUES_FILE:
+                    raise SchemaError(f"attribute {name!r}: {path} is over {MAX_VALUES_FILE} bytes")
+                text = path.read_text(encoding="utf-8")
+            except OSError as err:
+                raise SchemaError(
+                    f"attribute {name!r}: cannot read values file {path}: {err.strerror or err}"
+                ) from None
+            except UnicodeDecodeError:
+                raise SchemaError(f"attribute {name!r}: values file {path} is not UTF-8") from None
+            lines = text.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()  # the final newline
+            a = {k: v for k, v in a.items() if k != "values_file"}
+            a["values"] = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        attrs.append(a)
+    return {**d, "attributes": attrs}

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 Number = float | int
+#: A value as a request writes it: a number (exact when an integer or decimal text such
+#: as "30.5"; a JSON float by its shortest decimal), ISO 8601 text for a time or a date,
+#: or text for a categorical; never coerced from one kind into another.
+Value = StrictInt | StrictFloat | StrictStr
 
 
 class _Body(BaseModel):
@@ -51,7 +55,11 @@ class UnitsRequest(_Cost):
 
 class HistogramRequest(_Cost):
     attribute: str
-    bins: list[int] | None = Field(default=None, description="half-open integer bin edges")
+    bins: list[Value] | None = Field(
+        default=None,
+        description="half-open bin edges, as the attribute's values are written (numbers; "
+        "ISO 8601 text for a timestamp or a date)",
+    )
     where: str | None = None
 
     def args(self) -> dict[str, object]:
@@ -73,8 +81,8 @@ class MarginalRequest(_Cost):
 
 class SumRequest(_Cost):
     attribute: str
-    lower: int
-    upper: int
+    lower: StrictInt | StrictFloat
+    upper: StrictInt | StrictFloat
     where: str | None = None
 
     def args(self) -> dict[str, object]:
@@ -101,8 +109,8 @@ class _Statistic(_Cost):
 class MomentsRequest(_Statistic):
     """A mean, variance or standard deviation of ``attribute`` clipped to [lower, upper]."""
 
-    lower: int
-    upper: int
+    lower: StrictInt | StrictFloat = Field(description="a number, e.g. 30.5")
+    upper: StrictInt | StrictFloat = Field(description="a number, e.g. 60.5")
 
 
 class ShareRequest(_Cost):
@@ -120,7 +128,7 @@ class ShareRequest(_Cost):
 
 
 class _Selection(_Statistic):
-    candidates: list[int] | list[str] | None = Field(
+    candidates: list[Value | StrictBool] | None = Field(
         default=None, description="the values to choose from (default: the whole domain)"
     )
 
@@ -181,14 +189,14 @@ class EstimateRequest(_Cost):
     condition: str | None = None
     attribute: str | None = None
     attributes: list[str] | None = None
-    bins: list[int] | None = None
+    bins: list[Value] | None = None
     where: str | None = None
-    lower: int | None = None
-    upper: int | None = None
+    lower: StrictInt | StrictFloat | None = None
+    upper: StrictInt | StrictFloat | None = None
     by: list[str] | str | None = None
     q: Number | None = None
     qs: list[Number] | None = None
-    candidates: list[int] | list[str] | None = None
+    candidates: list[Value | StrictBool] | None = None
 
     def args(self) -> dict[str, object]:
         given = self.model_dump(exclude={"kind"}, exclude_none=True)
@@ -240,10 +248,10 @@ class NoiseOut(BaseModel):
 
 class AnswerOut(BaseModel):
     query: str
-    value: int
-    interval: tuple[int, int]
+    value: int | float = Field(description="an integer; a float attribute's sum: a number")
+    interval: tuple[int | float, int | float]
     confidence: float = 0.95
-    half_width: int
+    half_width: int | float
     cost: CostOut
     noise: NoiseOut
     remaining: float
@@ -347,7 +355,7 @@ class EstimateOut(BaseModel):
     cost: CostOut
     noise: NoiseOut
     expected_abs_error: float
-    half_width: int
+    half_width: int | float
     confidence: float = 0.95
     admitted: bool
     exact: bool
