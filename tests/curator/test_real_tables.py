@@ -199,7 +199,9 @@ def test_local_hours_with_a_time_zone(flights, flights_frame, tmp_path):
         got = c.histogram("hour(time_hour)", epsilon=EPS)
         exact = utc(flights_frame).dt.tz_convert("America/New_York").dt.hour.value_counts()
         # the local hour is the scheduled hour of departure
-        assert (flights_frame.hour == utc(flights_frame).dt.tz_convert("America/New_York").dt.hour).all()
+        assert (
+            flights_frame.hour == utc(flights_frame).dt.tz_convert("America/New_York").dt.hour
+        ).all()
         for h, a in enumerate(got.cells):
             assert inside(int(exact.get(h, 0)), a.interval)
         june = c.count("time_hour >= '2013-06-01' AND time_hour < '2013-07-01'", epsilon=EPS)

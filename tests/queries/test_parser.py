@@ -144,7 +144,10 @@ def test_schema_round_trip_and_load(tmp_path: Path) -> None:
         ({"attributes": []}, "at least one attribute"),
         ({"attributes": [{"type": "integer"}]}, "attribute 0 needs a non-empty string 'name'"),
         ({"attributes": [{"name": "a", "type": "double"}]}, "unknown type 'double'"),
-        ({"attributes": [{"name": "a", "type": "float"}]}, "a float needs 'min' and 'max' and 'step'"),
+        (
+            {"attributes": [{"name": "a", "type": "float"}]},
+            "a float needs 'min' and 'max' and 'step'",
+        ),
         ({"attributes": [{"name": "a", "type": "integer", "min": 1}]}, "needs 'min' and 'max'"),
         ({"attributes": [{"name": "a", "type": "integer", "min": 2, "max": 1}]}, "greater than"),
         ({"attributes": [{"name": "a", "type": "integer", "min": 0.5, "max": 1}]}, "integers"),
@@ -221,7 +224,10 @@ def test_workload_json() -> None:
         ("age = 30 @ -1", "<workload>:1: weight must be a positive number, got '-1'"),
         ("age = 30 @ x", "<workload>:1: weight must be a positive number, got 'x'"),
         ("histogram(foo)", "<workload>:1: unknown attribute 'foo'"),
-        ("histogram(sex, bins=[0, 1])", "bins need an integer, float, timestamp or date attribute; 'sex' is categorical"),
+        (
+            "histogram(sex, bins=[0, 1])",
+            "bins need an integer, float, timestamp or date attribute; 'sex' is categorical",
+        ),
         ("histogram(age, bins=[20, 100])", "do not cover 'age' [17, 90]: the first edge must"),
         ("histogram(age, bins=[0, 50, 40, 100])", "at least two strictly increasing edges"),
         ("histogram(age, bins=[0, 10, 50, 100])", "bin [0, 10) holds no value of 'age'"),

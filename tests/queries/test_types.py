@@ -46,7 +46,11 @@ S = schema(FLOAT, HOURS, DAYS, {"name": "b", "type": "boolean", "missing": "NA"}
 # --- reading numbers and times ----------------------------------------------------------
 
 
-@given(st.decimals(allow_nan=False, allow_infinity=False, places=6, min_value=-(10**9), max_value=10**9))
+@given(
+    st.decimals(
+        allow_nan=False, allow_infinity=False, places=6, min_value=-(10**9), max_value=10**9
+    )
+)
 def test_a_decimal_is_read_as_written(d):
     assert parse_number(str(d)) == Fraction(d)
     assert parse_number(format(d, "e")) == Fraction(d)
@@ -108,8 +112,12 @@ def test_a_decimal_range_is_exact_on_the_grid(d, op):
     brute = [
         p
         for p in range(a.value_count)
-        if {"<": a.number(p) < Fraction(d), "<=": a.number(p) <= Fraction(d),
-            ">": a.number(p) > Fraction(d), ">=": a.number(p) >= Fraction(d)}[op]  # fmt: skip
+        if {
+            "<": a.number(p) < Fraction(d),
+            "<=": a.number(p) <= Fraction(d),
+            ">": a.number(p) > Fraction(d),
+            ">=": a.number(p) >= Fraction(d),
+        }[op]
     ]
     got = [p for s, e in q.coverage("x") for p in range(s, e)] if not q.is_empty else []
     assert got == brute
@@ -142,22 +150,55 @@ def test_a_timestamp_is_truncated_to_its_unit():
     ("d", "message"),
     [
         ({"name": "x", "type": "float", "min": 0, "max": 1, "step": 0}, "step must be positive"),
-        ({"name": "x", "type": "float", "min": 0.25, "max": 1, "step": 0.5}, "not a multiple of step"),
+        (
+            {"name": "x", "type": "float", "min": 0.25, "max": 1, "step": 0.5},
+            "not a multiple of step",
+        ),
         ({"name": "x", "type": "float", "min": 0, "max": 1e20, "step": 0.1}, "finite number"),
         ({"name": "x", "type": "float", "min": 0, "max": 1e10, "step": 1e-9}, "significant digits"),
         ({"name": "x", "type": "float", "min": "0", "max": 1, "step": 0.1}, "finite number"),
         ({"name": "t", "type": "timestamp", "min": "2013", "max": "2014-01-01"}, "ISO 8601"),
-        ({"name": "t", "type": "timestamp", "min": "2013-01-01T00:30:00Z", "max": "2014-01-01",
-          "unit": "hour"}, "is not a whole hour"),  # fmt: skip
-        ({"name": "t", "type": "timestamp", "min": "2013-01-01", "max": "2014-01-01",
-          "unit": "day"}, "unit must be"),  # fmt: skip
-        ({"name": "t", "type": "timestamp", "min": "2013-01-01", "max": "2014-01-01",
-          "timezone": "Mars/Olympus"}, "unknown time zone"),  # fmt: skip
-        ({"name": "t", "type": "timestamp", "min": "2014-01-01", "max": "2013-01-01"}, "later than"),
+        (
+            {
+                "name": "t",
+                "type": "timestamp",
+                "min": "2013-01-01T00:30:00Z",
+                "max": "2014-01-01",
+                "unit": "hour",
+            },
+            "is not a whole hour",
+        ),
+        (
+            {
+                "name": "t",
+                "type": "timestamp",
+                "min": "2013-01-01",
+                "max": "2014-01-01",
+                "unit": "day",
+            },
+            "unit must be",
+        ),
+        (
+            {
+                "name": "t",
+                "type": "timestamp",
+                "min": "2013-01-01",
+                "max": "2014-01-01",
+                "timezone": "Mars/Olympus",
+            },
+            "unknown time zone",
+        ),
+        (
+            {"name": "t", "type": "timestamp", "min": "2014-01-01", "max": "2013-01-01"},
+            "later than",
+        ),
         ({"name": "d", "type": "date", "min": "2013-02-30", "max": "2014-01-01"}, "YYYY-MM-DD"),
         ({"name": "b", "type": "boolean", "values": ["no", "yes"]}, "unknown key 'values'"),
         ({"name": "b", "type": "boolean", "missing": 0}, "must be text"),
-        ({"name": "x", "type": "integer", "min": 0, "max": 9, "step": 1}, "only a float takes 'step'"),
+        (
+            {"name": "x", "type": "integer", "min": 0, "max": 9, "step": 1},
+            "only a float takes 'step'",
+        ),
         ({"name": "c", "type": "categorical", "values_file": "v.txt"}, "read from a schema file"),
     ],
 )
@@ -203,8 +244,14 @@ def test_parts_equal_brute_force_across_a_change_of_clocks(part):
         want = [
             p
             for p, t in enumerate(local)
-            if {"year": t.year, "month": t.month, "day": t.day, "weekday": t.isoweekday(),
-                "hour": t.hour}[part] == value  # fmt: skip
+            if {
+                "year": t.year,
+                "month": t.month,
+                "day": t.day,
+                "weekday": t.isoweekday(),
+                "hour": t.hour,
+            }[part]
+            == value
         ]
         assert got == want, (part, value)
 
@@ -254,7 +301,9 @@ def test_group_terms_and_macros():
     term = group_term(S, "weekday(d)")
     assert term.groups == 7 and term.label(0) == "weekday(d) = 1"
     assert group_term(S, "x").groups == S.attribute("x").size
-    w = parse_workload_text("histogram(month(t))\nmarginal(day(d), b)\nhistogram(x, bins=[-61, 0, 80.5])", S)
+    w = parse_workload_text(
+        "histogram(month(t))\nmarginal(day(d), b)\nhistogram(x, bins=[-61, 0, 80.5])", S
+    )
     assert [q.text for q in w.queries[:2]] == ["month(t) = 1", "month(t) = 2"]
     assert sum(1 for q in w.queries if q.text.startswith("day(d)")) == 31 * 3
     with pytest.raises(QueryError, match="hour\\(d\\): a date has no hours"):

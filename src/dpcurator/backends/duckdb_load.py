@@ -380,12 +380,16 @@ class Loader:
             if id_col is None:
                 raise DataError(no_unit_column_message(self.source, privacy_unit[0]))
         # DuckDB catalog names are case-insensitive: "Data" and "data" are one table.
-        exists = None if name is None else con.execute(
-            "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
-            "WHERE NOT temporary UNION ALL SELECT view_name, schema_name FROM duckdb_views() "
-            "WHERE NOT temporary) WHERE lower(t) = lower(?) AND s = current_schema()",
-            [name],
-        ).fetchall()[0]
+        exists = (
+            None
+            if name is None
+            else con.execute(
+                "SELECT count(*) FROM (SELECT table_name AS t, schema_name AS s FROM duckdb_tables() "
+                "WHERE NOT temporary UNION ALL SELECT view_name, schema_name FROM duckdb_views() "
+                "WHERE NOT temporary) WHERE lower(t) = lower(?) AND s = current_schema()",
+                [name],
+            ).fetchall()[0]
+        )
         if exists and exists[0]:
             raise InvalidParameter(f"table {name!r} already exists in the connection")
 
@@ -426,7 +430,9 @@ class Loader:
                     outer.append(f"v{i} AS c{i}")
                 else:  # a NULL field is the missing value (blank and tokens are mapped)
                     inner.append(f"({col} IS NULL) AS m{i}")
-                    outer.append(f"CASE WHEN v{i} IS NOT NULL THEN v{i} WHEN m{i} THEN ? END AS c{i}")
+                    outer.append(
+                        f"CASE WHEN v{i} IS NOT NULL THEN v{i} WHEN m{i} THEN ? END AS c{i}"
+                    )
                     outer_params.append(attr.missing_position)
                 continue
             if attr.type == "categorical":

@@ -101,7 +101,11 @@ def draft(data: str, *, separator: str = ",") -> list[Column]:
 
 
 def _count(con: duckdb.DuckDBPyConnection, where: str, params: list[Any] | None = None) -> int:
-    return int(con.execute(f"SELECT count(*) FROM c WHERE NOT m AND ({where})", params or []).fetchall()[0][0])
+    return int(
+        con.execute(f"SELECT count(*) FROM c WHERE NOT m AND ({where})", params or []).fetchall()[
+            0
+        ][0]
+    )
 
 
 def _column(con: duckdb.DuckDBPyConnection, name: str, kind: str) -> Column:
@@ -130,13 +134,18 @@ def _column(con: duckdb.DuckDBPyConnection, name: str, kind: str) -> Column:
         if isinstance(got, Column):
             return got
         attr, notes = got
-    elif base.startswith("TIMESTAMP") or _count(con, "regexp_full_match(v, ?)", [_INSTANT]) == present:
+    elif (
+        base.startswith("TIMESTAMP")
+        or _count(con, "regexp_full_match(v, ?)", [_INSTANT]) == present
+    ):
         got = _times(con, name, date=False)
         if isinstance(got, Column):
             return got
         attr, notes = got
-    elif base in _INT_TYPES or base in _NUMBER_TYPES or (
-        _count(con, "TRY_CAST(v AS DOUBLE) IS NULL") == 0
+    elif (
+        base in _INT_TYPES
+        or base in _NUMBER_TYPES
+        or (_count(con, "TRY_CAST(v AS DOUBLE) IS NULL") == 0)
     ):
         got = _number(con, name, base)
         if isinstance(got, Column):
@@ -263,7 +272,9 @@ def _times(
     )
     first = read.local_time(math.floor(min(whole)), "UTC")
     last = read.local_time(math.floor(max(whole)), "UTC")
-    end = dt.datetime(last.year + 1, 1, 1, tzinfo=dt.UTC) - dt.timedelta(seconds=read.TIME_UNITS[unit])
+    end = dt.datetime(last.year + 1, 1, 1, tzinfo=dt.UTC) - dt.timedelta(
+        seconds=read.TIME_UNITS[unit]
+    )
     attr = {
         "name": name,
         "type": "timestamp",
@@ -276,15 +287,15 @@ def _times(
         "reveal which years occur; prefer public bounds",
         f"kept by the {unit}"
         + ("" if unit == "second" else f" (every value is a whole {unit})")
-        + "; parts such as hour(t) are told in UTC: add \"timezone\" (e.g. "
-        "\"America/New_York\") for local hours and days",
+        + '; parts such as hour(t) are told in UTC: add "timezone" (e.g. '
+        '"America/New_York") for local hours and days',
     ]
     if any(s.denominator != 1 for s in whole):
         notes.append("some values have fractions of a second: truncated to the second on load")
     offsetless = _count(con, "NOT regexp_full_match(v, '.*(Z|z|UTC|[+-]\\d{2}(:?\\d{2})?)')")
     if offsetless:
         notes.append(
-            f"{offsetless:,} values have no time zone: read in \"timezone\" (UTC unless the "
+            f'{offsetless:,} values have no time zone: read in "timezone" (UTC unless the '
             "schema says otherwise)"
         )
     return attr, notes

@@ -365,6 +365,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
             "tables": {n: s.to_dict() for n, s in schemas.items()},
             "privacy_unit": list(unit.pair) if unit else None,  # the name changes no number
         }
+
         def open_ledger(create: bool, key: bytes | None) -> Ledger:
             return Ledger(
                 ledger, identity, create=create, anchor=anchor, verify_every=verify_every,
@@ -691,7 +692,9 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
             if bins is not None:
                 raise QueryError(f"bins do not apply to {term.text}: its cells are its values")
             if term.groups > cap:
-                raise TooLarge(f"a histogram of {term.groups} cells exceeds the limit {limit} = {cap}")
+                raise TooLarge(
+                    f"a histogram of {term.groups} cells exceeds the limit {limit} = {cap}"
+                )
             boxes, names = zip(*_table_cells([term]), strict=True)
             cells, labels = _cells(base, boxes, names)
             request = f"histogram({term.text}){tail}"

@@ -230,7 +230,9 @@ def clip_bounds(lower: object, upper: object) -> tuple[Fraction, Fraction]:
                 f"got {lower if label == 'lower' else upper!r}"
             )
     if lo > hi:
-        raise InvalidParameter(f"lower must be <= upper, got [{decimal_text(lo)}, {decimal_text(hi)}]")
+        raise InvalidParameter(
+            f"lower must be <= upper, got [{decimal_text(lo)}, {decimal_text(hi)}]"
+        )
     if lo == hi == 0:
         raise InvalidParameter("clip bounds [0, 0] make every sum 0: nothing to release")
     return lo, hi

@@ -417,7 +417,12 @@ class StatisticCore:
             s2 = None
         elif p.moments is not None:
             n, s1, s2 = be.clipped_moments(
-                p.attribute, p.lower, p.upper, p.covered, p.by, squares=p.kind != "mean",
+                p.attribute,
+                p.lower,
+                p.upper,
+                p.covered,
+                p.by,
+                squares=p.kind != "mean",
                 unit=p.unit,
             )
         if p.moments is not None:

@@ -99,7 +99,7 @@ class BooleanQuery:
         names = {n for b in self.boxes for n in b.attributes}
         return tuple(sorted(names, key=self.schema.index))
 
-    def covers(self, point: dict[str, int | str]) -> bool:
+    def covers(self, point: dict[str, int | float | str]) -> bool:
         return any(b.covers(point) for b in self.boxes)
 
     def to_text(self) -> str:

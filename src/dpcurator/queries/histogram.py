@@ -50,7 +50,9 @@ def edge_number(attr: Attribute, edge: object) -> Fraction:
     :attr:`~dpcurator.queries.schema.Attribute.grid`)."""
     x = attr.grid_number(edge)
     if x is None:
-        kind = {"timestamp": "ISO 8601 times", "date": "dates 'YYYY-MM-DD'"}.get(attr.type, "numbers")
+        kind = {"timestamp": "ISO 8601 times", "date": "dates 'YYYY-MM-DD'"}.get(
+            attr.type, "numbers"
+        )
         raise QueryError(f"bins of {attr.name!r} are {kind}, got {edge!r}")
     return x
 
@@ -83,7 +85,9 @@ def histogram_cells(attr: Attribute, edges: Sequence[object] | None = None) -> l
     shown = [grid_text(attr, x) for x in xs]
     if len(xs) < 2 or any(b <= a for a, b in itertools.pairwise(xs)):
         listed = shown if len(shown) <= 8 else [*shown[:7], "..."]
-        raise QueryError(f"bins must be at least two strictly increasing edges, got [{', '.join(listed)}]")
+        raise QueryError(
+            f"bins must be at least two strictly increasing edges, got [{', '.join(listed)}]"
+        )
     lo, hi = attr.number(0), attr.number(attr.value_count - 1)
     lo_t, hi_t = grid_text(attr, lo), grid_text(attr, hi)
     if xs[0] > lo or xs[-1] <= hi:
@@ -97,12 +101,16 @@ def histogram_cells(attr: Attribute, edges: Sequence[object] | None = None) -> l
         s, e = attr.boundary(a, after=False), attr.boundary(b, after=False)
         if s >= e:  # holds no value of the domain
             if b <= lo:
-                fix = f"start the bins at {max(t for x, t in zip(xs, shown, strict=True) if x <= lo)}"
+                fix = (
+                    f"start the bins at {max(t for x, t in zip(xs, shown, strict=True) if x <= lo)}"
+                )
             elif a > hi:
                 fix = f"end the bins at {min(t for x, t in zip(xs, shown, strict=True) if x > hi)}"
             else:
                 fix = "widen it (it lies between two values of the domain)"
-            raise QueryError(f"bin [{ta}, {tb}) holds no value of {attr.name!r} [{lo_t}, {hi_t}]: {fix}")
+            raise QueryError(
+                f"bin [{ta}, {tb}) holds no value of {attr.name!r} [{lo_t}, {hi_t}]: {fix}"
+            )
         cells.append(((s, e),))
     if attr.missing_cell:
         m = attr.value_count

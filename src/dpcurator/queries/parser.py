@@ -300,9 +300,14 @@ class _Parser:
             raise self.fail(first, "a column name, a value, NOT or '('")
         term = self.term(first)
         op = self.peek()
-        if term.attr.type == "boolean" and term.part is None and (
-            op.kind == "end" or (op.kind == "punct" and op.text == ")")
-            or (op.kind == "kw" and op.text in ("AND", "OR"))
+        if (
+            term.attr.type == "boolean"
+            and term.part is None
+            and (
+                op.kind == "end"
+                or (op.kind == "punct" and op.text == ")")
+                or (op.kind == "kw" and op.text in ("AND", "OR"))
+            )
         ):  # a boolean column alone: `cancelled` is `cancelled = TRUE`
             return self.single(term.attr, ((1, 2),))
         op = self.next()

@@ -51,7 +51,13 @@ PARTS: dict[str, tuple[int, int] | None] = {
 #: The most pieces one part may cut its attribute into (an hour of a timestamp over
 #: a century would be 876,600): computed before they are built.
 MAX_SEGMENTS = 1_000_000
-_PERIOD_SECONDS = {"year": 365 * 86400, "month": 28 * 86400, "day": 86400, "weekday": 86400, "hour": 3600}
+_PERIOD_SECONDS = {
+    "year": 365 * 86400,
+    "month": 28 * 86400,
+    "day": 86400,
+    "weekday": 86400,
+    "hour": 3600,
+}
 _TERM = re.compile(r'^\s*([A-Za-z]+)\s*\(\s*("(?:[^"]|"")+"|[^()"]+?)\s*\)\s*$')
 
 
@@ -102,7 +108,9 @@ def part_of(attr: Attribute, name: str) -> Part:
     if name not in PARTS:
         raise QueryError(f"{name}(...) is not a part of a time; parts: {', '.join(PARTS)}")
     if attr.type not in ("timestamp", "date"):
-        raise QueryError(f"{name}({attr.name}) needs a timestamp or a date; {attr.name!r} is {attr.type}")
+        raise QueryError(
+            f"{name}({attr.name}) needs a timestamp or a date; {attr.name!r} is {attr.type}"
+        )
     if name == "hour" and attr.type == "date":
         raise QueryError(f"hour({attr.name}): a date has no hours")
     return _part(attr, name)

@@ -134,7 +134,7 @@ class Predicate:
             raise QueryError(f"a predicate needs an Attribute, got {type(self.attribute).__name__}")
         object.__setattr__(self, "coverage", _checked_coverage(self.attribute, self.coverage))
 
-    def covers(self, value: int | str) -> bool:
+    def covers(self, value: int | float | str) -> bool:
         """Whether the attribute value ``value`` satisfies the predicate."""
         try:
             pos = self.attribute.position(value)
@@ -349,7 +349,7 @@ class Query:
                 return p.coverage
         return ((0, self.schema.attribute(name).size),)
 
-    def covers(self, point: dict[str, int | str]) -> bool:
+    def covers(self, point: dict[str, int | float | str]) -> bool:
         """Whether the domain point ``point`` (attribute -> value) satisfies the query."""
         return all(p.covers(point[p.attribute.name]) for p in self.predicates)
 
@@ -383,7 +383,7 @@ def _boxes_disjoint(q1: Query, q2: Query) -> bool:
     return False
 
 
-def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
+def common_point(queries: Sequence[Query]) -> dict[str, int | float | str] | None:
     """A point covered by every query, or None. A set of queries has a common point iff
     on every attribute the coverages of all of them intersect (Smith et al., PoPETs 2022)."""
     if not queries:
@@ -396,7 +396,7 @@ def common_point(queries: Sequence[Query]) -> dict[str, int | str] | None:
                 return found
         return None
     schema = queries[0].schema
-    point: dict[str, int | str] = {}
+    point: dict[str, int | float | str] = {}
     for attr in schema.attributes:
         cov: IntervalSet = ((0, attr.size),)
         for q in queries:

@@ -193,7 +193,9 @@ class Attribute:
                     f"{values.decimal_text(step)}: the values are the multiples of step"
                 )
         if lo > hi:
-            raise self._fail(f"min {values.decimal_text(lo)} is greater than max {values.decimal_text(hi)}")
+            raise self._fail(
+                f"min {values.decimal_text(lo)} is greater than max {values.decimal_text(hi)}"
+            )
         places = -values.as_decimal(step).normalize().as_tuple().exponent  # type: ignore[operator]
         whole = len(str(int(max(abs(lo), abs(hi)))))
         if max(places, 0) + whole > MAX_FLOAT_DIGITS:
@@ -230,7 +232,9 @@ class Attribute:
                     f"got {raw!r}"
                 )
             if t.denominator != 1 or t % u:
-                raise self._fail(f"{key} {raw!r} is not a whole {unit} (values are kept by the {unit})")
+                raise self._fail(
+                    f"{key} {raw!r} is not a whole {unit} (values are kept by the {unit})"
+                )
             ends.append(int(t))
         if ends[0] > ends[1]:
             raise self._fail(f"min {self.min!r} is later than max {self.max!r}")
@@ -292,7 +296,9 @@ class Attribute:
                 f'text (e.g. "NA"), got {m!r}'
             )
         if self.type == "float" and (isinstance(m, bool) or not isinstance(m, int | float | str)):
-            raise self._fail(f'its missing value must be a number (e.g. -1) or text (e.g. "NA"), got {m!r}')
+            raise self._fail(
+                f'its missing value must be a number (e.g. -1) or text (e.g. "NA"), got {m!r}'
+            )
         if self.type in ("float",) and isinstance(m, float) and not math.isfinite(m):
             raise self._fail(f"its missing value must be finite, got {m!r}")
         if self.type in ("timestamp", "date", "boolean", "categorical") and not isinstance(m, str):
@@ -415,7 +421,9 @@ class Attribute:
                 return values.parse_instant(value.strip(), self.timezone or "UTC")
             if isinstance(value, dt.datetime):
                 if value.tzinfo is None:
-                    return Fraction(values.local_seconds(value.replace(microsecond=0), self.timezone or "UTC")) + Fraction(value.microsecond, 10**6)
+                    return Fraction(
+                        values.local_seconds(value.replace(microsecond=0), self.timezone or "UTC")
+                    ) + Fraction(value.microsecond, 10**6)
                 return Fraction(int(value.timestamp() // 1)) + Fraction(value.microsecond, 10**6)
             return None
         if self.type == "date":
@@ -453,9 +461,7 @@ class Attribute:
     def literal(self, position: int) -> str:
         """The value at ``position`` written as a query literal (``39.1``, ``'Male'``,
         ``TRUE``, ``'2013-06-01T00:00:00Z'``)."""
-        v = self.value(position)
-        if position == self.value_count and self._extra:
-            v = self.missing
+        v = self.value(position)  # the missing value's own cell: its marker
         if isinstance(v, bool):
             return "TRUE" if v else "FALSE"
         if isinstance(v, int):
@@ -491,10 +497,7 @@ class Attribute:
         assert self._grid is not None
         lo, unit = self._grid
         k = x / unit
-        if rounding == "floor":
-            n = math.floor(k)
-        else:  # to the nearest, ties to even
-            n = round(k)
+        n = math.floor(k) if rounding == "floor" else round(k)  # round: ties to even
         p = n - lo
         return p if 0 <= p < self._count else None
 
@@ -650,7 +653,9 @@ class Schema:
                     raise SchemaError(f"attribute {name!r}: 'ordered' must be true or false")
                 fields.update(values=tuple(vals), ordered=ordered)
             else:
-                fields.update({k: a[k] for k in ("min", "max", "step", "unit", "timezone") if k in a})
+                fields.update(
+                    {k: a[k] for k in ("min", "max", "step", "unit", "timezone") if k in a}
+                )
             attr = Attribute(name, kind, **fields)
             if extra:
                 raise SchemaError(f"attribute {name!r}: unknown key {sorted(extra)[0]!r}")
@@ -685,7 +690,7 @@ class Schema:
         except json.JSONDecodeError as err:
             raise SchemaError(f"{p}:{err.lineno}: invalid JSON: {err.msg}") from None
         try:
-            return cls.from_dict(_with_values_files(d, p.parent))
+            return cls.from_dict(_with_values_files(d, p.parent))  # type: ignore[arg-type]
         except SchemaError as err:
             raise SchemaError(f"{p}: {err}") from None
 

@@ -235,7 +235,9 @@ def _candidate(text: str, attr: Attribute) -> int | float | str:
         try:
             return attr.value(attr.exact_position(x))  # type: ignore[return-value]
         except KeyError:
-            raise QueryError(f"candidate {t} is not a value of {attr.name!r} {attr.describe()}") from None
+            raise QueryError(
+                f"candidate {t} is not a value of {attr.name!r} {attr.describe()}"
+            ) from None
     if len(t) < 2 or t[0] != "'" or t[-1] != "'":
         raise QueryError(f"a candidate of {attr.name!r} is a quoted value, got {t!r}")
     value = t[1:-1].replace("''", "'")
@@ -292,12 +294,12 @@ def parse_statistic(
         if "candidates" in keywords:
             raise QueryError(f"{kind} takes no candidates=")
         if not attr.numeric:
-            raise QueryError(
-                f"{kind} needs an integer or float attribute; {name!r} is {attr.type}"
-            )
+            raise QueryError(f"{kind} needs an integer or float attribute; {name!r} is {attr.type}")
         lower, upper = _bound(positional[1], "lower"), _bound(positional[2], "upper")
         if lower >= upper:
-            raise QueryError(f"{kind} needs lower < upper, got [{positional[1].strip()}, {positional[2].strip()}]")
+            raise QueryError(
+                f"{kind} needs lower < upper, got [{positional[1].strip()}, {positional[2].strip()}]"
+            )
     else:
         if not attr.ordered:
             raise QueryError(f"a quantile needs an ordered attribute; {name!r} is not ordered")

@@ -163,7 +163,9 @@ def time_zone(name: str) -> dt.tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(f"unknown time zone {name!r} (an IANA name such as 'UTC' or 'America/New_York')") from None
+        raise ValueError(
+            f"unknown time zone {name!r} (an IANA name such as 'UTC' or 'America/New_York')"
+        ) from None
 
 
 def _offset_seconds(text: str) -> int:

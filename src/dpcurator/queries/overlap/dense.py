@@ -99,7 +99,7 @@ class SegmentGrid:
             out[:, self.owner[b]] |= inside[:, b]
         return out
 
-    def point(self, cell: Sequence[int]) -> dict[str, int | str]:
+    def point(self, cell: Sequence[int]) -> dict[str, int | float | str]:
         """A domain point in ``cell`` (grid index per attribute): each constrained
         attribute at its segment's first value, the others at their first value."""
         pos = {a.name: 0 for a in self.schema.attributes}
@@ -185,7 +185,7 @@ def dense_max_overlap(
     within: Query | None = None,
     limit: int = DENSE_LIMIT,
     work: float = math.inf,
-) -> tuple[float, dict[str, int | str], tuple[int, ...]] | None:
+) -> tuple[float, dict[str, int | float | str], tuple[int, ...]] | None:
     """(gamma_w, witness point, indices of the queries covering it), or None.
 
     With ``within``, the maximum is taken over the points of C_within only (the witness

@@ -46,7 +46,7 @@ class OverlapResult:
     exact: bool
     upper_bound: float
     lower_bound: float
-    witness: Mapping[str, int | str] = field(hash=False)
+    witness: Mapping[str, int | float | str] = field(hash=False)
     witness_queries: tuple[int, ...]
     method: str = ""
 

@@ -49,7 +49,7 @@ _NARROW = 2**52
 #: decided on it, exactly.
 GRID_CELLS, GRID_WORK = DENSE_LIMIT, DENSE_FIRST_WORK
 
-Point = dict[str, int | str]
+Point = dict[str, int | float | str]
 
 
 @dataclass(frozen=True)
