@@ -27,11 +27,11 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.errors import QueryError, TooLarge
 from dpcurator.queries import values
 from dpcurator.queries.predicates import (
     IntervalSet,
-    complement,
     normalize,
     render_coverage,
     render_name,
@@ -58,7 +58,8 @@ _PERIOD_SECONDS = {
     "weekday": 86400,
     "hour": 3600,
 }
-_TERM = re.compile(r'^\s*([A-Za-z]+)\s*\(\s*("(?:[^"]|"")+"|[^()"]+?)\s*\)\s*$')
+#: ``part(inner)``: the inner text is taken whole (no nested quantifiers: linear time).
+_TERM = re.compile(r"([A-Za-z]+)[ \t]*\((.*)\)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,8 @@ def _instant_pieces(first: int, last: int, name: str, zone: str) -> tuple[list[i
     starts: list[int] = []
     vals: list[int] = []
     while True:
+        if len(starts) % 4096 == 0:
+            deadlines.check()
         s = values.local_seconds(period, zone)
         if s > last:
             break
@@ -221,6 +224,8 @@ def _date_pieces(first: int, last: int, name: str) -> tuple[list[int], list[int]
     vals: list[int] = []
     epoch = dt.date(1970, 1, 1).toordinal()
     while day.toordinal() - epoch <= last:
+        if len(starts) % 4096 == 0:
+            deadlines.check()
         starts.append(day.toordinal() - epoch)
         vals.append(_value(name, day))
         if name == "year":
@@ -294,17 +299,16 @@ def group_term(schema: Schema, text: object, what: str = "by") -> GroupTerm:
         raise QueryError(f"{what} must be an attribute name (text), got {type(text).__name__}")
     if text in schema:
         return GroupTerm(schema.attribute(text))
-    m = _TERM.match(text)
+    m = _TERM.fullmatch(text.strip())
     if m is None or m.group(1).lower() not in PARTS:
-        raise QueryError(f"unknown attribute {text!r} in {what}")
-    inner = m.group(2)
-    name = inner[1:-1].replace('""', '"') if inner.startswith('"') else inner.strip()
+        raise QueryError(f"unknown attribute {_shown(text)} in {what}")
+    inner = m.group(2).strip()
+    quoted = len(inner) >= 2 and inner[0] == inner[-1] == '"'
+    name = inner[1:-1].replace('""', '"') if quoted else inner
     if name not in schema:
-        raise QueryError(f"unknown attribute {name!r} in {what}")
+        raise QueryError(f"unknown attribute {_shown(name)} in {what}")
     return GroupTerm(schema.attribute(name), part_of(schema.attribute(name), m.group(1)))
 
 
-def complement_part(part: Part, cov: IntervalSet) -> IntervalSet:
-    """A part predicate's negation: every other position, the missing value included
-    (a query and its negation partition the rows, as for attributes)."""
-    return complement(cov, part.attribute.size)
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
