@@ -66,8 +66,8 @@ from dpcurator.mechanisms.randomness import RandomSource, ensure_secure
 from dpcurator.queries import Query, Schema, Workload
 from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.histogram import grid_text
-from dpcurator.queries.parts import GroupTerm, group_term
-from dpcurator.queries.predicates import Predicate, intersect
+from dpcurator.queries.parts import GroupTerm, group_term, table_cell
+from dpcurator.queries.predicates import Predicate
 from dpcurator.queries.values import decimal_text
 
 if TYPE_CHECKING:
@@ -123,15 +123,9 @@ def _cells(
 
 
 def _table_cells(terms: Sequence[GroupTerm]) -> Iterator[tuple[dict[str, tuple], str]]:
-    """The cells of a table over group terms (attributes, parts of times), in
-    :func:`itertools.product` order: each cell's coverages (two parts of one attribute
-    intersected) and its label."""
+    """Every cell of a table over group terms, in :func:`itertools.product` order."""
     for combo in itertools.product(*(range(t.groups) for t in terms)):
-        box: dict[str, tuple] = {}
-        for term, g in zip(terms, combo, strict=True):
-            name, cov = term.attribute.name, term.coverage(g)
-            box[name] = intersect(box[name], cov) if name in box else cov
-        yield box, " AND ".join(t.label(g) for t, g in zip(terms, combo, strict=True))
+        yield table_cell(terms, combo)
 
 
 @dataclass(frozen=True)

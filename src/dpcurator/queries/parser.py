@@ -26,14 +26,13 @@ from dpcurator.queries import boxes as bx
 from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.boolean import make as make_query
 from dpcurator.queries.histogram import cell_count, histogram_cells
-from dpcurator.queries.parts import PARTS, GroupTerm, Part, group_term, part_of
+from dpcurator.queries.parts import PARTS, GroupTerm, Part, group_term, part_of, table_cell
 from dpcurator.queries.predicates import (
     KEYWORDS,
     IntervalSet,
     Predicate,
     Query,
     complement,
-    intersect,
     normalize,
     render_name,
 )
@@ -755,15 +754,10 @@ def _edge_text(text: str) -> object:
 
 
 def _cell(schema: Schema, terms: Sequence[GroupTerm], groups: Sequence[int], line: int) -> Query:
-    """The cell of a table over group terms (parts of times among them): the
-    intersection of each term's group, on each attribute; labelled by the groups."""
-    covs: dict[str, IntervalSet] = {}
-    for term, g in zip(terms, groups, strict=True):
-        name = term.attribute.name
-        cov = term.coverage(g)
-        covs[name] = intersect(covs[name], cov) if name in covs else cov
-    text = " AND ".join(t.label(g) for t, g in zip(terms, groups, strict=True))
-    if any(not c for c in covs.values()):  # e.g. month 2 and day 31: an empty cell
+    """The cell of a table over group terms (parts of times among them), labelled by its
+    groups; an empty cell where two parts never meet."""
+    covs, text = table_cell(terms, groups)
+    if any(not c for c in covs.values()):
         return Query(schema, (Predicate(schema.attribute(next(iter(covs))), ()),), text, line)
     return Query.from_coverages(schema, covs, text, line)
 

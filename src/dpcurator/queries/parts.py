@@ -32,13 +32,14 @@ from dpcurator.errors import QueryError, TooLarge
 from dpcurator.queries import values
 from dpcurator.queries.predicates import (
     IntervalSet,
+    intersect,
     normalize,
     render_coverage,
     render_name,
 )
 from dpcurator.queries.schema import Attribute, Schema
 
-__all__ = ["MAX_SEGMENTS", "PARTS", "GroupTerm", "Part", "group_term", "part_of"]
+__all__ = ["MAX_SEGMENTS", "PARTS", "GroupTerm", "Part", "group_term", "part_of", "table_cell"]
 
 #: The parts of a time, and the range of each one's values.
 PARTS: dict[str, tuple[int, int] | None] = {
@@ -312,3 +313,17 @@ def group_term(schema: Schema, text: object, what: str = "by") -> GroupTerm:
 
 def _shown(text: str) -> str:
     return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def table_cell(
+    terms: Sequence[GroupTerm], groups: Sequence[int]
+) -> tuple[dict[str, IntervalSet], str]:
+    """The cell of a table (a histogram, a marginal) over group terms, one group of each:
+    its coverage on each attribute (two parts of one attribute intersected; empty where
+    they never meet, as day 31 of February) and its label (``month(t) = 2 AND day(t) =
+    31``)."""
+    covs: dict[str, IntervalSet] = {}
+    for term, g in zip(terms, groups, strict=True):
+        name, cov = term.attribute.name, term.coverage(g)
+        covs[name] = intersect(covs[name], cov) if name in covs else cov
+    return covs, " AND ".join(t.label(g) for t, g in zip(terms, groups, strict=True))
