@@ -363,7 +363,13 @@ def invalid_message(
             f"integer ({rows} not integers in the domain {domain_text(attr)} or missing)"
         )
     if was_missing and attr.missing is None:  # and the schema does not allow one
-        example = {"integer": f"{attr.min - 1}", "categorical": '"?"'}.get(attr.type, '"NA"')
+        example = (
+            f"{attr.min - 1}"
+            if attr.type == "integer"
+            else '"?"'
+            if attr.type == "categorical"
+            else '"NA"'
+        )
         msg += (
             f'; if {attr.name!r} may be missing, say so in the schema ("missing": '
             f"{example}): blank and NULL cells then load as that value"

@@ -63,13 +63,13 @@ except ImportError:  # pragma: no cover - depends on the environment
         "the Spark backend needs pyspark and Java 17: pip install 'dpcurator[spark]'"
     ) from None
 
-#: Categorical domains up to this size are coded by a literal map, larger ones by a join.
-_MAP_VALUES = 1 << 12
 #: A coded table of at least this many rows is spread over every core for counting.
 _SPREAD_ROWS = 1 << 20
-#: Distinct texts of a float, timestamp, date or boolean column up to this many are
-#: coded by a literal map, more by a join with a broadcast table of (text, code).
-_MAP_KEYS = 1 << 12
+#: A categorical's values, or the distinct texts of a float, timestamp, date or boolean
+#: column, up to this many are coded by a literal map, more by a join with a table of
+#: (text, code): each literal is a call into the JVM, and a map of thousands takes
+#: seconds to build.
+_MAP_KEYS = 64
 #: At most this many (text, code) pairs are broadcast; more are joined by a shuffle.
 _BROADCAST_KEYS = 1 << 20
 
@@ -631,7 +631,7 @@ class Loader:
                     )
             elif attr.type == "categorical":
                 text = F.btrim(col.cast("string"), F.lit(WHITESPACE))
-                if attr.size <= _MAP_VALUES:
+                if attr.size <= _MAP_KEYS:
                     # A literal map (folded into one constant) looked up per row.
                     lookup = F.create_map(
                         *[x for p, v in enumerate(attr.values) for x in (F.lit(v), F.lit(p))]

@@ -503,7 +503,7 @@ class Attribute:
 
     def describe(self) -> str:
         """The domain as messages show it: ``[17, 90]``, ``[0, 800] in steps of 0.1``,
-        ``[2013-01-01T00:00:00Z, 2014-01-01T00:00:00Z] by the hour``, ``true or false``,
+        ``[2013-01-01T00:00:00Z, 2014-01-01T00:00:00Z] by the hour``, ``{false, true}``,
         ``of 3 declared values``."""
         t = self.type
         if t == "integer":
@@ -518,7 +518,7 @@ class Attribute:
         if t == "date":
             return f"[{self.min}, {self.max}]"
         if t == "boolean":
-            return "true or false"
+            return "{false, true}"
         return f"of {self.value_count} declared values"
 
     def to_dict(self) -> dict[str, Any]:
