@@ -87,9 +87,23 @@ class Part:
 
     def coverage(self, wanted: Sequence[int]) -> IntervalSet:
         """The positions whose part is one of ``wanted`` (never the missing value)."""
+        if len(wanted) == 1:
+            return self.of_value(int(wanted[0]))
         keep = np.isin(self.values, np.asarray(list(wanted), dtype=np.int64))
         ends = np.append(self.starts[1:], self.attribute.value_count)
         return normalize(zip(self.starts[keep].tolist(), ends[keep].tolist(), strict=True))
+
+    def of_value(self, value: int) -> IntervalSet:
+        """The positions whose part is ``value`` (each part value's computed once: a
+        histogram of ``hour(t)`` asks for all 24, again at every request)."""
+        cache: dict[int, IntervalSet] = self.__dict__.setdefault("_of_value", {})
+        if value not in cache:
+            keep = self.values == value
+            ends = np.append(self.starts[1:], self.attribute.value_count)
+            cache[value] = normalize(
+                zip(self.starts[keep].tolist(), ends[keep].tolist(), strict=True)
+            )
+        return cache[value]
 
     def value_range(self, low: int, high: int) -> IntervalSet:
         """The positions whose part lies in ``[low, high]``."""

@@ -83,6 +83,21 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _canonical(coverage: tuple, size: int) -> bool:
+    """Whether a coverage is already in canonical form: a tuple of ``(int, int)`` tuples
+    with ``previous end < start < end <= size`` (one pass, no sorting: the form every
+    coverage built here has, checked as fast as it can be read)."""
+    prev = -1
+    for iv in coverage:
+        if type(iv) is not tuple or len(iv) != 2:
+            return False
+        s, e = iv
+        if type(s) is not int or type(e) is not int or not prev < s < e <= size:
+            return False
+        prev = e
+    return True
+
+
 def _checked_coverage(attr: Attribute, coverage: object) -> IntervalSet:
     """A hand-built coverage, validated and normalised.
 
@@ -98,6 +113,8 @@ def _checked_coverage(attr: Attribute, coverage: object) -> IntervalSet:
             f"got {type(coverage).__name__}"
         )
     size = attr.size
+    if type(coverage) is tuple and _canonical(coverage, size):
+        return coverage  # type: ignore[return-value]
     out: list[Interval] = []
     for iv in coverage:
         if not isinstance(iv, tuple | list) or len(iv) != 2 or not all(_is_int(v) for v in iv):
@@ -318,7 +335,9 @@ class Query:
         preds = []
         for j in sorted(schema.index(name) for name in coverages):  # never the whole schema
             attr = schema.attributes[j]
-            cov = normalize(coverages[attr.name])
+            cov = coverages[attr.name]
+            if type(cov) is not tuple or not _canonical(cov, attr.size):
+                cov = normalize(cov)
             if cov != ((0, attr.size),):
                 preds.append(Predicate(attr, cov))
         q = cls(schema, tuple(preds), text, line)
