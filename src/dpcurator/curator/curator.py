@@ -48,6 +48,7 @@ from dpcurator.curator.overlap_filter import (
 )
 from dpcurator.curator.privacy_unit import PrivacyUnit
 from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.curator.sql_requests import SqlRequests
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
 from dpcurator.curator.statistics import STATISTICS, expanded_record
 from dpcurator.curator.timing import timed as _timed
@@ -205,7 +206,7 @@ _COUNTING_KINDS = ("count", "histogram", "marginal", "sum")
 QUICK_GRIDS = 32
 
 
-class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
+class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
     """Answers counts, histograms, marginals, sums, means, variances, standard deviations,
     quantiles and (with a privacy unit) distinct units under one overlap-aware budget."""
 
@@ -223,6 +224,9 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         solver_threads: int = 4,
     ) -> None:
         self._backends = dict(backends)
+        #: Tables joined on the privacy unit (``a JOIN b``), built at their first SELECT.
+        self._joins: dict[str, Any] = {}
+        self._join_lock = threading.Lock()
         self.limits = limits or requests.RequestLimits()
         self.budget = budget
         self._ledger = ledger
@@ -417,7 +421,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         ledger."""
         self.stop()
         self._pool.close()
-        for be in self._backends.values():
+        for be in [*self._backends.values(), *self._joins.values()]:
             be.close()
         self._ledger.close()
 
@@ -470,7 +474,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
             self._filter.add(self._charge_of(row))
 
     def _charge_of(self, row: ChargeRow) -> Charge:
-        q = query_of(self._backends[row.table].schema, row.coverage, row.request)
+        q = query_of(self._schema(row.table), row.coverage, row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
     def _quota(self, analyst: str | None) -> Fraction | None:
@@ -485,7 +489,10 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests):
         return requests.table_name(table, list(self._backends))
 
     def _schema(self, table: str) -> Schema:
-        return self._backends[table].schema
+        be = self._backends.get(table)
+        if be is not None:
+            return be.schema
+        return self._joined_schema(table).schema  # a join on the unit (see sql_requests)
 
     # --- noise, prepared before anything is charged ------------------------------------
 

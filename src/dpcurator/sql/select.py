@@ -1,0 +1,789 @@
+"""A DP ``SELECT`` read into a checked request: :func:`parse_select`.
+
+The grammar (docs/sql.md)::
+
+    [EXPLAIN] SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon= | rho= | mu=, delta=,
+        privacy_unit_column=, max_rows_per_unit=, confidence=)
+      <group columns and aggregates>
+    FROM <table> [JOIN <table> USING (<unit>) | ON a.<unit> = b.<unit>]
+    [WHERE <predicate>] [GROUP BY <columns or parts such as month(t)>]
+    [HAVING <condition on outputs>] [ORDER BY <outputs>] [LIMIT n]
+
+Aggregates: ``COUNT(*)``, ``COUNT(col)`` (rows where col is not missing), ``COUNT(DISTINCT
+<unit>)``, ``SUM``/``AVG(col, contribution_bounds_per_group => (lo, hi))``,
+``VAR_POP``/``STDDEV_POP(col, contribution_bounds_per_row => (lo, hi))``,
+``PERCENTILE_CONT(col, p[, contribution_bounds_per_row => (lo, hi)])``, and ``AVG(CASE
+WHEN <condition> THEN 1 ELSE 0 END)`` (or ``AVG(IF(<condition>, 1, 0))``): a share. The
+WHERE clause is the query language of the rest of dpcurator (comparisons, ranges, IN,
+IS NULL, AND/OR/NOT, parts of times), re-written from sqlglot's tree into that language
+and parsed by it, so one predicate means one set of points everywhere.
+
+Every refusal is one line naming what was written and what to write instead; nothing
+here reads data or charges anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from dpcurator.errors import QueryError
+from dpcurator.queries.joins import JoinedSchema, joined_schema
+from dpcurator.queries.parts import PARTS
+from dpcurator.queries.predicates import render_name
+from dpcurator.queries.schema import Schema
+from dpcurator.queries.values import decimal_text, parse_number
+from dpcurator.sql.text import PREFIX, pre_parse
+
+__all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
+
+#: The most rows a LIMIT may ask for.
+MAX_LIMIT = 10**9
+_KINDS = {
+    "DP_SUM": "sum",
+    "DP_AVG": "avg",
+    "DP_VAR_POP": "var_pop",
+    "DP_STDDEV_POP": "stddev_pop",
+    "DP_PERCENTILE_CONT": "percentile",
+}
+_BOUNDS = ("contribution_bounds_per_group", "contribution_bounds_per_row")
+_PART_CLASSES: dict[type, str] = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour"}
+_COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+@dataclass(frozen=True)
+class Options:
+    """``OPTIONS(...)``: the SELECT's cost (one of epsilon, rho, mu, in the ledger's
+    currency), an optional delta (with epsilon, on an (epsilon, delta) ledger), the unit
+    it expects, and the intervals' level."""
+
+    cost: tuple[str, Fraction]
+    delta: Fraction | None = None
+    unit_column: str | None = None
+    max_rows_per_unit: int | None = None
+    confidence: Fraction = Fraction(95, 100)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate of the SELECT list, checked against the schema."""
+
+    kind: str  # count, count_col, count_distinct, sum, avg, var_pop, stddev_pop, percentile, share
+    name: str  # its output column
+    text: str  # as SQL, canonical
+    column: str | None = None
+    lower: Fraction | None = None
+    upper: Fraction | None = None
+    q: Fraction | None = None
+    condition: str | None = None  # a share's, in the query language
+
+
+@dataclass(frozen=True)
+class SelectRequest:
+    """A DP SELECT, checked: what to measure and how to shape the answer."""
+
+    text: str
+    explain: bool
+    options: Options
+    table: str  # the table, or the joined table ``a JOIN b``
+    join: JoinedSchema | None
+    where: str | None  # the query language's text of WHERE (None: every row)
+    groups: tuple[str, ...]  # group terms: attribute names or parts (month(t))
+    #: the SELECT list in order: (output name, "group" or "aggregate", index)
+    outputs: tuple[tuple[str, str, int], ...]
+    aggregates: tuple[Aggregate, ...]
+    having: Any = field(default=None, compare=False)  # a compiled condition (see output)
+    order: tuple[tuple[int, bool, bool], ...] = ()  # (output, descending, nulls first)
+    limit: int | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The answer's columns: group columns first, then each aggregate's value and
+        its interval's ends (``<name>``, ``<name>_low``, ``<name>_high``)."""
+        groups = [n for n, kind, _ in self.outputs if kind == "group"]
+        aggs = [n for n, kind, _ in self.outputs if kind == "aggregate"]
+        return (*groups, *(c for n in aggs for c in (n, f"{n}_low", f"{n}_high")))
+
+
+class _Names:
+    """Resolves SQL column references to the (joined) schema's attribute names."""
+
+    def __init__(self, schema: Schema, tables: Mapping[str, str], join: JoinedSchema | None):
+        self.schema = schema
+        self.tables = tables  # alias or name -> table
+        self.join = join
+
+    def column(self, node: exp.Column) -> str:
+        name = node.name
+        qualifier = node.table or None
+        table = None
+        if qualifier is not None:
+            table = self.tables.get(qualifier)
+            if table is None:
+                raise QueryError(f"SQL: {qualifier}.{name}: no table {qualifier!r} in FROM")
+        if self.join is not None:
+            got = self.join.resolve(table, name)
+            if got is not None:
+                return got
+        elif name in self.schema:
+            return name
+        folded = self.schema.named_like(name)
+        if len(folded) == 1 and self.join is None:
+            return folded[0]
+        raise QueryError(f"SQL: unknown column {_shown(node)}")
+
+    def term(self, node: exp.Expression) -> str:
+        """A column, or a part of a time column, as the query language writes it."""
+        if isinstance(node, exp.Column):
+            return render_name(self.column(node))
+        part = _part_name(node)
+        if part is not None:
+            inner = node.this if not isinstance(node, exp.Extract) else node.expression
+            if isinstance(node, exp.Anonymous):
+                if len(node.expressions) != 1:
+                    raise QueryError(f"SQL: {node.sql()} takes one column")
+                inner = node.expressions[0]
+            if not isinstance(inner, exp.Column):
+                raise QueryError(f"SQL: {part}(...) takes a column, got {inner.sql()}")
+            return f"{part}({render_name(self.column(inner))})"
+        dashed = _dashed(node)
+        if dashed is not None:
+            raise QueryError(
+                f"SQL: {dashed} reads as a subtraction; write `{dashed}` in backticks for "
+                "the column of that name"
+            )
+        raise QueryError(f"SQL: {_shown(node)} is not a column or a part of a time")
+
+
+def _shown(node: exp.Expression) -> str:
+    text = node.sql(dialect="bigquery").replace(PREFIX, "")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dashed(node: exp.Expression) -> str | None:
+    """``hours-per-week`` read as columns subtracted: its dashed name, else None."""
+    parts: list[str] = []
+
+    def walk(n: exp.Expression) -> bool:
+        if isinstance(n, exp.Sub):
+            return walk(n.this) and walk(n.expression)
+        if isinstance(n, exp.Column) and not n.table:
+            parts.append(n.name)
+            return True
+        return False
+
+    return "-".join(parts) if isinstance(node, exp.Sub) and walk(node) else None
+
+
+def _part_name(node: exp.Expression) -> str | None:
+    for cls, name in _PART_CLASSES.items():
+        if type(node) is cls:
+            return name
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in PARTS:
+        return str(node.this).lower()
+    if isinstance(node, exp.Extract):
+        unit = node.this.name.upper() if isinstance(node.this, exp.Expression) else str(node.this)
+        if unit in ("YEAR", "MONTH", "DAY", "HOUR"):
+            return unit.lower()
+        if unit == "DAYOFWEEK":
+            raise QueryError(
+                "SQL: EXTRACT(DAYOFWEEK ...) counts from Sunday; write weekday(t) "
+                "(ISO 8601: 1 = Monday .. 7 = Sunday)"
+            )
+        raise QueryError(f"SQL: EXTRACT({unit} ...): the parts are YEAR, MONTH, DAY, HOUR")
+    return None
+
+
+# --- literals and WHERE ---------------------------------------------------------------
+
+
+def _literal(node: exp.Expression) -> str:
+    """A value as the query language writes it."""
+    if isinstance(node, exp.Paren):
+        return _literal(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return "'" + node.this.replace("'", "''") + "'"
+        return node.this
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return "-" + node.this.this
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        return _literal(node.this)  # DATE '2013-06-01', TIMESTAMP '...'
+    if isinstance(node, exp.Boolean):
+        return "TRUE" if node.this else "FALSE"
+    if isinstance(node, exp.Null):
+        raise QueryError("SQL: a comparison with NULL is never true: write IS NULL or IS NOT NULL")
+    raise QueryError(f"SQL: {_shown(node)} is not a value (a number, 'text', DATE '...')")
+
+
+def _number(node: exp.Expression, what: str) -> Fraction:
+    text = _literal(node)
+    x = parse_number(text)
+    if x is None:
+        raise QueryError(f"SQL: {what} must be a number, got {text}")
+    return x
+
+
+def _is_value(node: exp.Expression) -> bool:
+    try:
+        _literal(node)
+    except QueryError:
+        return False
+    return True
+
+
+def where_text(node: exp.Expression, names: _Names) -> str:
+    """A WHERE (or a share's CASE WHEN) condition in the query language."""
+    if isinstance(node, exp.Paren):
+        return f"({where_text(node.this, names)})"
+    if isinstance(node, exp.And | exp.Or):
+        op = "AND" if isinstance(node, exp.And) else "OR"
+        return f"({where_text(node.this, names)} {op} {where_text(node.expression, names)})"
+    if isinstance(node, exp.Not):
+        inner = node.this
+        if isinstance(inner, exp.In):
+            return _in(inner, names, negate=True)
+        if isinstance(inner, exp.Between):
+            return _between(inner, names, negate=True)
+        if isinstance(inner, exp.Is):
+            return _is(inner, names, negate=True)
+        return f"NOT ({where_text(inner, names)})"
+    for cls, op in _COMPARE.items():
+        if type(node) is cls:
+            left, right = node.this, node.expression
+            if _is_value(left) and not _is_value(right):
+                left, right, op = right, left, _FLIP[op]
+            if isinstance(right, exp.Column | exp.Sub) and not _is_value(right):
+                dashed = _dashed(right)
+                if dashed is None:
+                    raise QueryError(
+                        f"SQL: {_shown(node)} compares two columns; a predicate compares one "
+                        "column with a value"
+                    )
+            return f"{names.term(left)} {op} {_literal(right)}"
+    if isinstance(node, exp.Between):
+        return _between(node, names, negate=False)
+    if isinstance(node, exp.In):
+        return _in(node, names, negate=False)
+    if isinstance(node, exp.Is):
+        return _is(node, names, negate=False)
+    if isinstance(node, exp.Boolean):
+        return "TRUE" if node.this else "FALSE"
+    if isinstance(node, exp.Column):
+        return names.term(node)  # a boolean column alone
+    if isinstance(node, exp.Like | exp.ILike):
+        raise QueryError("SQL: LIKE is not supported: a predicate compares one column with values")
+    if isinstance(node, exp.Subquery | exp.Select | exp.Exists):
+        raise QueryError("SQL: subqueries are not supported: a predicate compares one column with values")
+    dashed = _dashed(node)
+    if dashed is not None:
+        names.term(node)  # raises the backtick hint
+    raise QueryError(
+        f"SQL: {_shown(node)} is not a predicate; write comparisons of a column (or a part "
+        "such as month(t)) with values, BETWEEN, IN, IS NULL, joined by AND, OR, NOT"
+    )
+
+
+def _between(node: exp.Between, names: _Names, *, negate: bool) -> str:
+    low, high = node.args["low"], node.args["high"]
+    word = "NOT BETWEEN" if negate else "BETWEEN"
+    return f"{names.term(node.this)} {word} {_literal(low)} AND {_literal(high)}"
+
+
+def _in(node: exp.In, names: _Names, *, negate: bool) -> str:
+    if node.args.get("query") is not None:
+        raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
+    values = ", ".join(_literal(v) for v in node.expressions)
+    return f"{names.term(node.this)} {'NOT IN' if negate else 'IN'} ({values})"
+
+
+def _is(node: exp.Is, names: _Names, *, negate: bool) -> str:
+    if not isinstance(node.expression, exp.Null):
+        raise QueryError(f"SQL: {_shown(node)}: only IS NULL and IS NOT NULL are supported")
+    return f"{names.term(node.this)} IS {'NOT ' if negate else ''}NULL"
+
+
+# --- the SELECT list ------------------------------------------------------------------
+
+
+def _bounds(args: Sequence[exp.Expression], what: str) -> tuple[Fraction, Fraction] | None:
+    found = None
+    for a in args:
+        if not isinstance(a, exp.Kwarg):
+            continue
+        key = a.this.name.lower()
+        if key not in _BOUNDS:
+            raise QueryError(
+                f"SQL: {what}: unknown argument {key} => ...; the bounds are "
+                "contribution_bounds_per_group => (lower, upper)"
+            )
+        pair = a.expression
+        if not isinstance(pair, exp.Tuple) or len(pair.expressions) != 2:
+            raise QueryError(f"SQL: {what}: {key} => (lower, upper), two numbers")
+        lo, hi = (_number(v, f"{what}'s bound") for v in pair.expressions)
+        if lo >= hi:
+            raise QueryError(f"SQL: {what}: the bounds need lower < upper")
+        found = (lo, hi)
+    return found
+
+
+def _share_condition(node: exp.Expression, names: _Names) -> str | None:
+    """``CASE WHEN c THEN 1 ELSE 0 END`` or ``IF(c, 1, 0)``: the condition's text."""
+
+    def one(v: exp.Expression | None, want: str) -> bool:
+        return isinstance(v, exp.Literal) and not v.is_string and parse_number(v.this) == int(want)
+
+    if isinstance(node, exp.Case) and len(node.args.get("ifs") or []) == 1 and node.this is None:
+        branch = node.args["ifs"][0]
+        if one(branch.args.get("true"), "1") and one(node.args.get("default"), "0"):
+            return where_text(branch.this, names)
+    if isinstance(node, exp.If) and one(node.args.get("true"), "1") and one(node.args.get("false"), "0"):
+        return where_text(node.this, names)
+    return None
+
+
+def _aggregate(node: exp.Expression, name: str, names: _Names, unit: str | None) -> Aggregate | None:
+    """The aggregate ``node`` is, or None if it is no aggregate."""
+    text = node.sql(dialect="bigquery").replace(PREFIX, "")
+    if isinstance(node, exp.Count):
+        inner = node.this
+        if isinstance(inner, exp.Star):
+            return Aggregate("count", name, "COUNT(*)")
+        if isinstance(inner, exp.Distinct):
+            cols = inner.expressions
+            if len(cols) != 1 or not isinstance(cols[0], exp.Column):
+                raise QueryError("SQL: COUNT(DISTINCT ...) takes the privacy unit's column")
+            col = cols[0].name
+            if unit is None:
+                raise QueryError(
+                    "SQL: COUNT(DISTINCT ...) counts privacy units; this curator protects "
+                    "each row (it has no privacy unit)"
+                )
+            if col != unit:
+                raise QueryError(
+                    f"SQL: COUNT(DISTINCT {col}): only the privacy unit's column ({unit}) is "
+                    "counted distinctly"
+                )
+            return Aggregate("count_distinct", name, f"COUNT(DISTINCT {unit})")
+        if isinstance(inner, exp.Column):
+            col = names.column(inner)
+            return Aggregate("count_col", name, f"COUNT({render_name(col)})", column=col)
+        raise QueryError(f"SQL: {text}: COUNT takes *, a column or DISTINCT <unit>")
+    if not (isinstance(node, exp.Anonymous) and str(node.this).upper() in _KINDS):
+        return None
+    kind = _KINDS[str(node.this).upper()]
+    what = kind.upper() if kind != "percentile" else "PERCENTILE_CONT"
+    args = list(node.expressions)
+    positional = [a for a in args if not isinstance(a, exp.Kwarg)]
+    if not positional:
+        raise QueryError(f"SQL: {what}() needs a column")
+    if kind == "avg":
+        cond = _share_condition(positional[0], names)
+        if cond is not None:
+            if len(args) != 1:
+                raise QueryError("SQL: AVG(CASE WHEN ... THEN 1 ELSE 0 END) takes no bounds")
+            return Aggregate("share", name, text, condition=cond)
+    first = positional[0]
+    if not isinstance(first, exp.Column):
+        dashed = _dashed(first)
+        if dashed is not None:
+            names.term(first)
+        raise QueryError(
+            f"SQL: {text}: {what} takes a column (or, for AVG, CASE WHEN <condition> THEN 1 "
+            "ELSE 0 END)"
+        )
+    col = names.column(first)
+    attr = names.schema.attribute(col)
+    bounds = _bounds(args, what)
+    if kind == "percentile":
+        if len(positional) != 2:
+            raise QueryError(f"SQL: PERCENTILE_CONT({col}, p): give the percentile p in [0, 1]")
+        q = _number(positional[1], "the percentile")
+        if not 0 <= q <= 1:
+            raise QueryError(f"SQL: PERCENTILE_CONT's p must be in [0, 1], got {decimal_text(q)}")
+        if not attr.ordered:
+            raise QueryError(f"SQL: PERCENTILE_CONT needs an ordered column; {col!r} is {attr.type}")
+        lo, hi = bounds if bounds is not None else (None, None)
+        return Aggregate("percentile", name, text, column=col, q=q, lower=lo, upper=hi)
+    if len(positional) != 1:
+        raise QueryError(f"SQL: {text}: {what} takes one column and its bounds")
+    if not attr.numeric:
+        raise QueryError(f"SQL: {what}({col}) needs a number column; {col!r} is {attr.type}")
+    if bounds is None:
+        key = "contribution_bounds_per_row" if kind in ("var_pop", "stddev_pop") else _BOUNDS[0]
+        raise QueryError(
+            f"SQL: {what}({col}) needs bounds: write {what}({render_name(col)}, {key} => "
+            "(lower, upper))"
+        )
+    return Aggregate(kind, name, text, column=col, lower=bounds[0], upper=bounds[1])
+
+
+def _has_aggregate(node: exp.Expression) -> bool:
+    return any(
+        isinstance(n, exp.Count | exp.AggFunc)
+        or (isinstance(n, exp.Anonymous) and str(n.this).upper() in _KINDS)
+        for n in node.walk()
+    )
+
+
+# --- OPTIONS --------------------------------------------------------------------------
+
+
+def _options(pairs: Sequence[tuple[str, str]]) -> Options:
+    seen: dict[str, str] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise QueryError(f"SQL: OPTIONS gives {k} twice")
+        seen[k] = v
+    known = {"epsilon", "rho", "mu", "delta", "privacy_unit_column", "max_rows_per_unit", "confidence"}
+    odd = sorted(set(seen) - known)
+    if odd:
+        raise QueryError(
+            f"SQL: OPTIONS: unknown option {odd[0]}; the options are "
+            "epsilon (or rho, or mu), delta, privacy_unit_column, max_rows_per_unit, confidence"
+        )
+    costs = [(k, seen[k]) for k in ("epsilon", "rho", "mu") if k in seen]
+    if len(costs) != 1:
+        raise QueryError("SQL: OPTIONS needs the SELECT's cost: one of epsilon=, rho= or mu=")
+
+    def num(key: str) -> Fraction:
+        x = parse_number(seen[key])
+        if x is None:
+            raise QueryError(f"SQL: OPTIONS {key} must be a number, got {seen[key]}")
+        return x
+
+    cost = (costs[0][0], num(costs[0][0]))
+    if cost[1] <= 0:
+        raise QueryError(f"SQL: OPTIONS {cost[0]} must be positive")
+    delta = num("delta") if "delta" in seen else None
+    if delta is not None and not 0 <= delta < 1:
+        raise QueryError("SQL: OPTIONS delta must be in [0, 1)")
+    k = None
+    if "max_rows_per_unit" in seen:
+        x = num("max_rows_per_unit")
+        if x.denominator != 1 or x < 1:
+            raise QueryError("SQL: OPTIONS max_rows_per_unit must be a positive integer")
+        k = int(x)
+    confidence = num("confidence") if "confidence" in seen else Fraction(95, 100)
+    if not 0 < confidence < 1:
+        raise QueryError("SQL: OPTIONS confidence must be in (0, 1), e.g. 0.95")
+    unit = seen.get("privacy_unit_column")
+    return Options(cost, delta, unit, k, confidence)
+
+
+# --- the whole SELECT -----------------------------------------------------------------
+
+
+def parse_select(
+    text: object,
+    schemas: Mapping[str, Schema],
+    *,
+    unit: str | None = None,
+    having: Callable[[Any, Mapping[str, int], Sequence[str]], Any] | None = None,
+) -> SelectRequest:
+    """Read a DP SELECT against the curator's tables (``schemas``) and its privacy unit's
+    column (``unit``, None: each row is its own unit). ``having`` compiles a HAVING
+    condition over the outputs (see :mod:`dpcurator.sql.output`)."""
+    pre = pre_parse(text)
+    if not pre.has_clause:
+        raise QueryError(
+            "SQL: a SELECT without WITH DIFFERENTIAL_PRIVACY would read rows; write SELECT "
+            "WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=...) ..."
+        )
+    options = _options(pre.options)
+    try:
+        trees = sqlglot.parse(pre.text, read="bigquery")
+    except SqlglotError as err:
+        raise QueryError(f"SQL: {_first(str(err))}") from None
+    if len(trees) != 1 or trees[0] is None:
+        raise QueryError("SQL: give one SELECT")
+    tree = trees[0]
+    if not isinstance(tree, exp.Select):
+        raise QueryError(f"SQL: expected one SELECT, got {type(tree).__name__.upper()}")
+    for key in ("with_", "with", "distinct", "qualify", "windows", "offset", "laterals", "pivots"):
+        if tree.args.get(key):
+            raise QueryError(f"SQL: {key.strip('_').upper()} is not supported in a DP SELECT")
+    if any(isinstance(n, exp.Subquery | exp.Exists) for n in tree.walk()):
+        raise QueryError("SQL: subqueries are not supported; one SELECT reads one table or a join on the unit")
+    if any(isinstance(n, exp.Window) for n in tree.walk()):
+        raise QueryError("SQL: window functions (OVER) are not supported")
+    table, join, names = _from(tree, schemas, unit)
+    if options.unit_column is not None:
+        if unit is None:
+            raise QueryError(
+                "SQL: OPTIONS privacy_unit_column: this curator protects each row (it has no "
+                "privacy unit); leave the option out"
+            )
+        if options.unit_column != unit:
+            raise QueryError(
+                f"SQL: OPTIONS privacy_unit_column={options.unit_column}: this curator's "
+                f"privacy unit is {unit}"
+            )
+    where = None
+    if tree.args.get("where") is not None:
+        where = where_text(tree.args["where"].this, names)
+    groups = _group_by(tree, names)
+    outputs: list[tuple[str, str, int]] = []
+    aggregates: list[Aggregate] = []
+    used: set[str] = set()
+    items = tree.expressions
+    if any(isinstance(i, exp.Star) for i in items):
+        raise QueryError("SQL: SELECT * would return rows; select aggregates (and group columns)")
+    if not items:
+        raise QueryError("SQL: SELECT needs at least one aggregate")
+    for item in items:
+        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
+        shown = _shown(node)
+        agg = _aggregate(node, alias or _default_name(node), names, unit)
+        if agg is not None:
+            name = agg.name
+            if name in used:
+                raise QueryError(f"SQL: two outputs are named {name}: give one an alias (AS ...)")
+            used.add(name)
+            outputs.append((name, "aggregate", len(aggregates)))
+            aggregates.append(agg)
+            continue
+        if _has_aggregate(node):
+            raise QueryError(
+                f"SQL: {shown}: aggregates are answered as they are; arithmetic on them "
+                "(e.g. SUM(x) / COUNT(*)) is not supported: ask for AVG"
+            )
+        try:
+            term = _plain_term(names, node)
+        except QueryError:
+            raise QueryError(f"SQL: {shown} is neither a group column nor an aggregate") from None
+        if term not in groups:
+            raise QueryError(
+                f"SQL: column {shown} is neither grouped nor aggregated: add it to GROUP BY"
+            )
+        name = alias or _default_name(node)
+        if name in used:
+            raise QueryError(f"SQL: two outputs are named {name}: give one an alias (AS ...)")
+        used.add(name)
+        outputs.append((name, "group", groups.index(term)))
+    if not aggregates:
+        raise QueryError(
+            "SQL: a DP SELECT answers aggregates; add one, such as COUNT(*) (group columns "
+            "alone would list the groups)"
+        )
+    positions = {n: i for i, (n, _, _) in enumerate(outputs)}
+    texts = [_canonical(item.this if isinstance(item, exp.Alias) else item) for item in items]
+    having_clause = None
+    if tree.args.get("having") is not None:
+        if having is None:
+            raise QueryError("SQL: HAVING is not supported here")
+        having_clause = having(tree.args["having"].this, positions, texts)
+    order = _order(tree, positions, texts)
+    limit = _limit(tree)
+    return SelectRequest(
+        text=str(text).strip(),
+        explain=pre.explain,
+        options=options,
+        table=table,
+        join=join,
+        where=where,
+        groups=tuple(groups),
+        outputs=tuple(outputs),
+        aggregates=tuple(aggregates),
+        having=having_clause,
+        order=order,
+        limit=limit,
+    )
+
+
+def _first(message: str) -> str:
+    return next((ln.strip() for ln in message.splitlines() if ln.strip()), "syntax error")
+
+
+def _canonical(node: exp.Expression) -> str:
+    return node.sql(dialect="bigquery").replace(PREFIX, "").lower()
+
+
+def _default_name(node: exp.Expression) -> str:
+    """An output's name without an alias: a column's own name, a part as the query
+    language writes it (``month(time_hour)``), else the expression as written."""
+    if isinstance(node, exp.Column):
+        return node.name
+    part = _part_name(node) if not isinstance(node, exp.Count) else None
+    if part is not None:
+        inner = node.expressions[0] if isinstance(node, exp.Anonymous) else (
+            node.expression if isinstance(node, exp.Extract) else node.this
+        )
+        if isinstance(inner, exp.Column):
+            return f"{part}({inner.name})"
+    return node.sql(dialect="bigquery").replace(PREFIX, "")
+
+
+def _plain_term(names: _Names, node: exp.Expression) -> str:
+    """A group term written in SQL, as the curator's group terms are (``month(t)``)."""
+    if isinstance(node, exp.Column):
+        return names.column(node)
+    text = names.term(node)
+    return text  # part(name): render_name'd inside, as group_term reads it
+
+
+def _group_by(tree: exp.Select, names: _Names) -> list[str]:
+    group = tree.args.get("group")
+    if group is None:
+        return []
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        raise QueryError("SQL: ROLLUP, CUBE and GROUPING SETS are not supported")
+    items = tree.expressions
+    out: list[str] = []
+    for g in group.expressions:
+        node = g
+        if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: the first output
+            i = int(g.this) - 1
+            if not 0 <= i < len(items):
+                raise QueryError(f"SQL: GROUP BY {g.this}: there are {len(items)} outputs")
+            node = items[i].this if isinstance(items[i], exp.Alias) else items[i]
+        elif isinstance(g, exp.Column) and not g.table:
+            for item in items:  # GROUP BY an alias of a part
+                if (
+                    isinstance(item, exp.Alias)
+                    and item.alias == g.name
+                    and not isinstance(item.this, exp.Column)
+                    and g.name not in names.schema
+                ):
+                    node = item.this
+        if _has_aggregate(node):
+            raise QueryError(f"SQL: GROUP BY {_shown(node)}: an aggregate is not a group")
+        term = _plain_term(names, node)
+        if term in out:
+            raise QueryError(f"SQL: GROUP BY names {_shown(node)} twice")
+        out.append(term)
+    return out
+
+
+def _order(tree: exp.Select, positions: Mapping[str, int], texts: Sequence[str]) -> tuple[tuple[int, bool, bool], ...]:
+    order = tree.args.get("order")
+    if order is None:
+        return ()
+    out = []
+    for o in order.expressions:
+        node = o.this
+        desc = bool(o.args.get("desc"))
+        nulls_first = o.args.get("nulls_first")
+        if nulls_first is None:
+            nulls_first = not desc  # BigQuery: NULLS FIRST ascending, LAST descending
+        out.append((output_index(node, positions, texts, "ORDER BY"), desc, bool(nulls_first)))
+    return tuple(out)
+
+
+def output_index(
+    node: exp.Expression, positions: Mapping[str, int], texts: Sequence[str], where: str
+) -> int:
+    """The output an ORDER BY or HAVING reference names: a position, a name (an alias or
+    a group column), or an expression written as in the SELECT list."""
+    if isinstance(node, exp.Literal) and not node.is_string:
+        i = int(node.this) - 1
+        if not 0 <= i < len(texts):
+            raise QueryError(f"SQL: {where} {node.this}: there are {len(texts)} outputs")
+        return i
+    if isinstance(node, exp.Column) and node.name in positions:
+        return positions[node.name]
+    canonical = _canonical(node)
+    if canonical in texts:
+        return texts.index(canonical)
+    raise QueryError(
+        f"SQL: {where} {_shown(node)}: name an output of the SELECT (its alias, position or "
+        "expression as written there)"
+    )
+
+
+def _limit(tree: exp.Select) -> int | None:
+    limit = tree.args.get("limit")
+    if limit is None:
+        return None
+    node = limit.expression
+    if not (isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()):
+        raise QueryError(f"SQL: LIMIT takes a whole number, got {_shown(node)}")
+    n = int(node.this)
+    if n > MAX_LIMIT:
+        raise QueryError(f"SQL: LIMIT {n} is over {MAX_LIMIT}")
+    return n
+
+
+def _from(
+    tree: exp.Select, schemas: Mapping[str, Schema], unit: str | None
+) -> tuple[str, JoinedSchema | None, _Names]:
+    src = tree.args.get("from_") or tree.args.get("from")
+    if src is None:
+        raise QueryError("SQL: FROM <table> is missing")
+    first = src.this
+    if not isinstance(first, exp.Table):
+        raise QueryError("SQL: FROM takes a table (subqueries are not supported)")
+    joins = tree.args.get("joins") or []
+    if len(joins) > 1:
+        raise QueryError("SQL: one JOIN at most (two tables joined on the privacy unit)")
+    tables: dict[str, str] = {}
+
+    def table_of(t: exp.Table) -> str:
+        name = t.name
+        if t.args.get("db") or t.args.get("catalog"):
+            raise QueryError(f"SQL: {t.sql()}: name the table alone")
+        if name not in schemas and len(schemas) == 1 and not joins:
+            name = next(iter(schemas))  # one table: FROM may call it by any name
+        if name not in schemas:
+            known = ", ".join(sorted(schemas))
+            raise QueryError(f"SQL: unknown table {name!r}; the tables are {known}")
+        tables[name] = name
+        tables[t.name] = name
+        if t.alias:
+            tables[t.alias] = name
+        return name
+
+    a = table_of(first)
+    if not joins:
+        schema = schemas[a]
+        return a, None, _Names(schema, tables, None)
+    j = joins[0]
+    if not isinstance(j.this, exp.Table):
+        raise QueryError("SQL: JOIN takes a table (subqueries are not supported)")
+    side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
+    if side or kind not in ("", "INNER"):
+        raise QueryError(
+            f"SQL: {' '.join(x for x in (side, kind) if x)} JOIN: only an inner JOIN on the "
+            "privacy unit is supported"
+        )
+    b = table_of(j.this)
+    if a == b:
+        raise QueryError("SQL: a table joined with itself is not supported")
+    if unit is None:
+        raise QueryError(
+            "SQL: JOIN needs a privacy unit shared by the tables (the curator protects each "
+            "row; a join on anything else is not supported)"
+        )
+    using = j.args.get("using")
+    on = j.args.get("on")
+    if using:
+        cols = [u.name for u in using]
+        if cols != [unit]:
+            raise QueryError(
+                f"SQL: JOIN ... USING ({', '.join(cols)}): joins are on the privacy unit only: "
+                f"USING ({unit})"
+            )
+    elif on is not None:
+        if not (
+            isinstance(on, exp.EQ)
+            and isinstance(on.this, exp.Column)
+            and isinstance(on.expression, exp.Column)
+            and on.this.name == unit
+            and on.expression.name == unit
+            and {tables.get(on.this.table or "", ""), tables.get(on.expression.table or "", "")} == {a, b}
+        ):
+            raise QueryError(
+                f"SQL: JOIN ... ON {_shown(on)}: joins are on the privacy unit only: "
+                f"ON {a}.{unit} = {b}.{unit} (or USING ({unit}))"
+            )
+    else:
+        raise QueryError(f"SQL: a cross join is not supported: JOIN ... USING ({unit})")
+    joined = joined_schema(a, schemas[a], b, schemas[b], unit)
+    return joined.name, joined, _Names(joined.schema, tables, joined)

@@ -1,0 +1,132 @@
+"""The pre-pass over SQL text, before sqlglot reads it.
+
+Two things in a DP ``SELECT`` are not SQL sqlglot knows:
+
+* the clause ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, delta=1e-6, ...)``:
+  it is found among sqlglot's own tokens (so a string or a quoted name that happens to
+  hold those words is never touched), read into ``name -> value`` text, and cut out;
+* the DP aggregates ``AVG``, ``SUM``, ``VAR_POP``, ``STDDEV_POP`` and
+  ``PERCENTILE_CONT``: sqlglot parses them as its built-ins, which take one argument and
+  refuse ``contribution_bounds_per_group => (0, 100)``; renamed ``DP_AVG`` and so on,
+  they are anonymous functions whose every argument sqlglot keeps.
+
+``EXPLAIN`` in front is taken off too. Everything else is left to sqlglot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlglot.dialects.bigquery import BigQuery
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import Token, TokenType
+
+from dpcurator.errors import QueryError
+
+#: The aggregates sqlglot would read as its one-argument built-ins.
+RENAMED = ("AVG", "SUM", "VAR_POP", "STDDEV_POP", "PERCENTILE_CONT")
+#: The prefix they get (a name no schema attribute needs).
+PREFIX = "DP_"
+#: The longest SQL text read (characters).
+MAX_SQL = 20_000
+
+_DIALECT = BigQuery()
+
+
+@dataclass(frozen=True)
+class PreParsed:
+    """The text sqlglot reads, the options as written, and whether it was an EXPLAIN."""
+
+    text: str
+    options: tuple[tuple[str, str], ...]
+    explain: bool
+    has_clause: bool
+
+
+def tokens(text: str) -> list[Token]:
+    try:
+        return _DIALECT.tokenize(text)
+    except SqlglotError as err:
+        raise QueryError(f"SQL: {_first(str(err))}") from None
+
+
+def _first(message: str) -> str:
+    return next((ln.strip() for ln in message.splitlines() if ln.strip()), "syntax error")
+
+
+def pre_parse(text: object) -> PreParsed:
+    """Find and cut the DP clause, rename the DP aggregates (see the module docstring)."""
+    if not isinstance(text, str):
+        raise QueryError(f"SQL must be text, got {type(text).__name__}")
+    if len(text) > MAX_SQL:
+        raise QueryError(f"SQL of {len(text)} characters exceeds {MAX_SQL}")
+    explain = False
+    m = re.match(r"\s*EXPLAIN\b", text, re.IGNORECASE)
+    if m is not None:  # sqlglot reads EXPLAIN as a command that swallows the rest
+        explain, text = True, " " * m.end() + text[m.end() :]
+    toks = tokens(text)
+    start = 0
+    if start >= len(toks) or toks[start].token_type != TokenType.SELECT:
+        got = toks[start].text if start < len(toks) else "nothing"
+        raise QueryError(f"SQL: expected SELECT WITH DIFFERENTIAL_PRIVACY ..., got {got!r}")
+    cuts: list[tuple[int, int, str]] = []  # (start, end inclusive, replacement)
+    options: list[tuple[str, str]] = []
+    has_clause = False
+    i = start + 1
+    if (
+        i + 2 < len(toks)
+        and toks[i].token_type == TokenType.WITH
+        and toks[i + 1].text.upper() == "DIFFERENTIAL_PRIVACY"
+    ):
+        has_clause = True
+        j = i + 2
+        if toks[j].text.upper() != "OPTIONS" or j + 1 >= len(toks) or toks[j + 1].token_type != TokenType.L_PAREN:
+            raise QueryError(
+                f"SQL: expected OPTIONS(...) after WITH DIFFERENTIAL_PRIVACY, got {toks[j].text!r}"
+            )
+        j, options = _options(toks, j + 2)
+        cuts.append((toks[i].start, toks[j].end, ""))
+    for k, t in enumerate(toks[:-1]):
+        if (
+            t.text.upper() in RENAMED
+            and t.token_type not in (TokenType.IDENTIFIER, TokenType.STRING)
+            and toks[k + 1].token_type == TokenType.L_PAREN
+        ):
+            cuts.append((t.start, t.end, PREFIX + t.text.upper()))
+    out, at = [], 0
+    for s, e, repl in sorted(cuts):
+        out.append(text[at:s])
+        out.append(repl)
+        at = e + 1
+    out.append(text[at:])
+    return PreParsed("".join(out), tuple(options), explain, has_clause)
+
+
+def _options(toks: list[Token], j: int) -> tuple[int, list[tuple[str, str]]]:
+    """``name = value`` pairs up to the closing parenthesis; returns its index."""
+    out: list[tuple[str, str]] = []
+    while True:
+        if j >= len(toks):
+            raise QueryError("SQL: OPTIONS( is not closed")
+        t = toks[j]
+        if t.token_type == TokenType.R_PAREN and not out:
+            return j, out
+        if t.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) and not t.text.isidentifier():
+            raise QueryError(f"SQL: OPTIONS: expected a name such as epsilon, got {t.text!r}")
+        name = t.text.lower()
+        if j + 2 >= len(toks) or toks[j + 1].token_type != TokenType.EQ:
+            raise QueryError(f"SQL: OPTIONS: expected {name} = value")
+        v = toks[j + 2]
+        value = v.text
+        k = j + 3
+        if v.token_type == TokenType.DASH and k < len(toks):  # a negative number
+            value, k = "-" + toks[k].text, k + 1
+        out.append((name, value))
+        if k >= len(toks):
+            raise QueryError("SQL: OPTIONS( is not closed")
+        if toks[k].token_type == TokenType.R_PAREN:
+            return k, out
+        if toks[k].token_type != TokenType.COMMA:
+            raise QueryError(f"SQL: OPTIONS: expected ',' or ')' after {name} = {value}, got {toks[k].text!r}")
+        j = k + 1
