@@ -41,6 +41,7 @@ from dpcurator.curator.answers import (
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
 from dpcurator.queries.values import decimal_text
+from dpcurator.sql.output import SqlResult
 
 #: The exception each error reason of the service becomes.
 _ERRORS: dict[str, type[errors.DpCuratorError]] = {
@@ -309,6 +310,23 @@ class Client:
         (see :meth:`dpcurator.Curator.units`); the answer's cost is what was charged."""
         body = self._body(query=condition, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return _answer(self._call("POST", "/v1/units", json=body))
+
+    def sql(self, query: str) -> SqlResult:
+        """Answer a DP SELECT (see :meth:`dpcurator.Curator.sql`) as a table, with
+        ``.rows``, ``.columns``, ``.to_pandas()`` and ``.to_arrow()``."""
+        d = self._call("POST", "/v1/sql", json={"query": query})
+        return SqlResult(
+            d["query"],
+            tuple(d["columns"]),
+            tuple(tuple(r) for r in d["rows"]),
+            d["cost"],
+            d["currency"],
+            d["remaining"],
+            d.get("charge_id"),
+            d.get("remaining_exact", True),
+            d.get("explain", False),
+            d.get("admitted"),
+        )
 
     def histogram(
         self,

@@ -55,7 +55,8 @@ def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> 
     try:
         for alias, be in (("l", left), ("r", right)):
             with be._reader() as src:  # the kept rows, codes and ids, as Arrow
-                arrow = src.execute(f"SELECT * FROM {ident(be.table)}").arrow()
+                rel = src.sql(f"SELECT * FROM {ident(be.table)}")
+                arrow = (getattr(rel, "to_arrow_table", None) or rel.arrow)()
             con.register(f"__src_{alias}", arrow)
             con.execute(f"CREATE TEMP TABLE __{alias} AS SELECT * FROM __src_{alias}")
             con.unregister(f"__src_{alias}")

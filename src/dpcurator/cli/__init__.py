@@ -28,6 +28,7 @@ SUBCOMMANDS = (
     "ledger",
     "units",
     "schema",
+    "sql",
 )
 
 

@@ -70,6 +70,7 @@ from dpcurator.queries.histogram import grid_text
 from dpcurator.queries.parts import GroupTerm, group_term, table_cell
 from dpcurator.queries.predicates import Predicate
 from dpcurator.queries.values import decimal_text
+from dpcurator.sql.output import SqlResult
 
 if TYPE_CHECKING:
     from dpcurator.planner import Plan
@@ -1173,6 +1174,9 @@ class AnalystSession(SessionStatistics, SessionUnits):
 
     def count(self, query: str | Query | None = None, **kw: Any) -> Answer:
         return self._c.count(query, _analyst=self.name, **kw)
+
+    def sql(self, query: str) -> SqlResult:
+        return self._c.sql(query, _analyst=self.name)
 
     def histogram(
         self, attribute: str, bins: Sequence[int] | None = None, **kw: Any

@@ -172,6 +172,8 @@ class SqlRequests:
             )
         table = req.table
         schema = req.join.schema if req.join is not None else self._schema(table)  # type: ignore[attr-defined]
+        if req.join is not None:  # built (once) before anything is charged
+            self._table_backend(table)
         covered = requests.canonical_query(req.where, schema)
         cost = self._sql_cost(req)
         terms = [group_term(schema, g) for g in req.groups]

@@ -275,6 +275,12 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def units(body: m.UnitsRequest, who: Caller) -> m.AnswerOut:
         return _answer(session(who).units(**body.args()))
 
+    @app.post("/v1/sql", response_model=m.SqlOut, tags=["queries"])
+    def sql(body: m.SqlRequest, who: Caller) -> m.SqlOut:
+        """One SELECT WITH DIFFERENTIAL_PRIVACY: one charge of its OPTIONS cost, the answer
+        as a table (EXPLAIN SELECT: its cost and errors, nothing charged)."""
+        return m.SqlOut(**session(who).sql(body.query).to_dict())
+
     @app.post("/v1/histogram", response_model=m.TableAnswerOut, tags=["queries"])
     def histogram(body: m.HistogramRequest, who: Caller) -> m.TableAnswerOut:
         return _table(session(who).histogram(**body.args()))

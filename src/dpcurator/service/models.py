@@ -53,6 +53,31 @@ class UnitsRequest(_Cost):
         return {"condition": self.query, **self.cost_args()}
 
 
+class SqlRequest(_Body):
+    query: str = Field(
+        description="a SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=...) ..., or EXPLAIN "
+        "SELECT ... (see docs/sql.md); its OPTIONS say what it costs"
+    )
+
+
+class SqlOut(BaseModel):
+    """A SELECT's answer as a table: one row per group, group columns first, then each
+    aggregate's value and the low and high ends of its interval."""
+
+    query: str
+    columns: list[str]
+    rows: list[list[int | float | str | bool | None]]
+    cost: float
+    currency: str
+    remaining: float | None
+    remaining_exact: bool = True
+    charge_id: int | None = None
+    explain: bool = False
+    admitted: bool | None = Field(
+        default=None, description="an EXPLAIN's: whether the SELECT would be admitted now"
+    )
+
+
 class HistogramRequest(_Cost):
     attribute: str
     bins: list[Value] | None = Field(

@@ -240,21 +240,32 @@ def _is_value(node: exp.Expression) -> bool:
 
 
 def where_text(node: exp.Expression, names: _Names) -> str:
-    """A WHERE (or a share's CASE WHEN) condition in the query language."""
+    """A WHERE (or a share's CASE WHEN) condition in the query language: the rows for
+    which SQL finds it TRUE. SQL's logic has three values: a comparison with a missing
+    value is UNKNOWN, neither true nor false, so ``NOT (x > 5)`` and ``x != 5`` leave the
+    rows where x is missing out, where the query language's own NOT and ``!=`` take
+    them in. Each node is therefore read into the rows where it is TRUE and the rows
+    where it is FALSE (:func:`_truth`); the missing rows are in neither."""
+    return _truth(node, names)[0]
+
+
+def _truth(node: exp.Expression, names: _Names) -> tuple[str, str]:
+    """(TRUE rows, FALSE rows) of a condition, both as query-language text."""
     if isinstance(node, exp.Paren):
-        return f"({where_text(node.this, names)})"
+        return _truth(node.this, names)
     if isinstance(node, exp.And | exp.Or):
-        op = "AND" if isinstance(node, exp.And) else "OR"
-        return f"({where_text(node.this, names)} {op} {where_text(node.expression, names)})"
+        ta, fa = _truth(node.this, names)
+        tb, fb = _truth(node.expression, names)
+        if isinstance(node, exp.And):
+            return f"({ta} AND {tb})", f"({fa} OR {fb})"
+        return f"({ta} OR {tb})", f"({fa} AND {fb})"
     if isinstance(node, exp.Not):
         inner = node.this
-        if isinstance(inner, exp.In):
-            return _in(inner, names, negate=True)
-        if isinstance(inner, exp.Between):
-            return _between(inner, names, negate=True)
-        if isinstance(inner, exp.Is):
-            return _is(inner, names, negate=True)
-        return f"NOT ({where_text(inner, names)})"
+        if isinstance(inner, exp.In | exp.Between):
+            t, f = _truth(inner, names)
+            return f, t
+        t, f = _truth(inner, names)
+        return f, t
     for cls, op in _COMPARE.items():
         if type(node) is cls:
             left, right = node.this, node.expression
@@ -267,21 +278,41 @@ def where_text(node: exp.Expression, names: _Names) -> str:
                         f"SQL: {_shown(node)} compares two columns; a predicate compares one "
                         "column with a value"
                     )
-            return f"{names.term(left)} {op} {_literal(right)}"
+            term = names.term(left)
+            value = _literal(right)
+            negated = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
+            return _leaf(names, left, f"{term} {op} {value}", f"{term} {negated} {value}")
     if isinstance(node, exp.Between):
-        return _between(node, names, negate=False)
+        term = names.term(node.this)
+        low, high = _literal(node.args["low"]), _literal(node.args["high"])
+        return _leaf(
+            names,
+            node.this,
+            f"{term} BETWEEN {low} AND {high}",
+            f"{term} NOT BETWEEN {low} AND {high}",
+        )
     if isinstance(node, exp.In):
-        return _in(node, names, negate=False)
+        if node.args.get("query") is not None:
+            raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
+        term = names.term(node.this)
+        values = ", ".join(_literal(v) for v in node.expressions)
+        return _leaf(names, node.this, f"{term} IN ({values})", f"{term} NOT IN ({values})")
     if isinstance(node, exp.Is):
-        return _is(node, names, negate=False)
+        if not isinstance(node.expression, exp.Null):
+            raise QueryError(f"SQL: {_shown(node)}: only IS NULL and IS NOT NULL are supported")
+        term = names.term(node.this)
+        return f"{term} IS NULL", f"{term} IS NOT NULL"  # never unknown
     if isinstance(node, exp.Boolean):
-        return "TRUE" if node.this else "FALSE"
-    if isinstance(node, exp.Column):
-        return names.term(node)  # a boolean column alone
+        return ("TRUE", "FALSE") if node.this else ("FALSE", "TRUE")
+    if isinstance(node, exp.Column):  # a boolean column alone
+        term = names.term(node)
+        return _leaf(names, node, f"{term} = TRUE", f"{term} = FALSE")
     if isinstance(node, exp.Like | exp.ILike):
         raise QueryError("SQL: LIKE is not supported: a predicate compares one column with values")
     if isinstance(node, exp.Subquery | exp.Select | exp.Exists):
-        raise QueryError("SQL: subqueries are not supported: a predicate compares one column with values")
+        raise QueryError(
+            "SQL: subqueries are not supported: a predicate compares one column with values"
+        )
     dashed = _dashed(node)
     if dashed is not None:
         names.term(node)  # raises the backtick hint
@@ -291,23 +322,16 @@ def where_text(node: exp.Expression, names: _Names) -> str:
     )
 
 
-def _between(node: exp.Between, names: _Names, *, negate: bool) -> str:
-    low, high = node.args["low"], node.args["high"]
-    word = "NOT BETWEEN" if negate else "BETWEEN"
-    return f"{names.term(node.this)} {word} {_literal(low)} AND {_literal(high)}"
-
-
-def _in(node: exp.In, names: _Names, *, negate: bool) -> str:
-    if node.args.get("query") is not None:
-        raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
-    values = ", ".join(_literal(v) for v in node.expressions)
-    return f"{names.term(node.this)} {'NOT IN' if negate else 'IN'} ({values})"
-
-
-def _is(node: exp.Is, names: _Names, *, negate: bool) -> str:
-    if not isinstance(node.expression, exp.Null):
-        raise QueryError(f"SQL: {_shown(node)}: only IS NULL and IS NOT NULL are supported")
-    return f"{names.term(node.this)} IS {'NOT ' if negate else ''}NULL"
+def _leaf(names: _Names, term: exp.Expression, true: str, false: str) -> tuple[str, str]:
+    """A comparison's TRUE and FALSE rows: where its column may be missing, the FALSE
+    rows are those with a value (the missing ones are UNKNOWN)."""
+    column = term if isinstance(term, exp.Column) else next(term.find_all(exp.Column), None)
+    if column is not None:
+        attr = names.schema.attribute(names.column(column))
+        if attr.missing is not None:
+            name = render_name(attr.name)
+            return f"({true} AND {name} IS NOT NULL)", f"({false} AND {name} IS NOT NULL)"
+    return true, false
 
 
 # --- the SELECT list ------------------------------------------------------------------
