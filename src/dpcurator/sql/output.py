@@ -9,6 +9,7 @@ value) makes a comparison unknown, and an unknown row is left out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -192,6 +193,10 @@ def _key(value: Any) -> tuple[int, Any]:
     return (2, str(value))
 
 
+def _at(c: int, row: Row) -> tuple[int, Any]:
+    return _key(row[c])
+
+
 def shape(
     rows: Sequence[Row],
     having: Condition | None,
@@ -207,6 +212,6 @@ def shape(
         c = column_of[i]
         present = [r for r in picked if r[c] is not None]
         absent = [r for r in picked if r[c] is None]
-        present.sort(key=lambda r, c=c: _key(r[c]), reverse=desc)
+        present.sort(key=functools.partial(_at, c), reverse=desc)
         picked = absent + present if nulls_first else present + absent
     return picked if limit is None else picked[:limit]

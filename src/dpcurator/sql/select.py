@@ -489,17 +489,17 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
     delta = num("delta") if "delta" in seen else None
     if delta is not None and not 0 <= delta < 1:
         raise QueryError("SQL: OPTIONS delta must be in [0, 1)")
-    k = None
+    rows_per_unit = None
     if "max_rows_per_unit" in seen:
         x = num("max_rows_per_unit")
         if x.denominator != 1 or x < 1:
             raise QueryError("SQL: OPTIONS max_rows_per_unit must be a positive integer")
-        k = int(x)
+        rows_per_unit = int(x)
     confidence = num("confidence") if "confidence" in seen else Fraction(95, 100)
     if not 0 < confidence < 1:
         raise QueryError("SQL: OPTIONS confidence must be in (0, 1), e.g. 0.95")
     unit = seen.get("privacy_unit_column")
-    return Options(cost, delta, unit, k, confidence)
+    return Options(cost, delta, unit, rows_per_unit, confidence)
 
 
 # --- the whole SELECT -----------------------------------------------------------------
