@@ -143,6 +143,139 @@ def moments(
     return n, s1, s2
 
 
+@dataclass(frozen=True)
+class GroupedCounts:
+    """What one pass over a table tells per group cell (see ``grouped_counts``): the rows
+    a ``where`` covers, the rows each condition holds for among them, each clipped
+    column's (rows with a value, sum, sum of squares), and for each attribute asked its
+    rows per (cell, code) — from which counts, sums and quantiles' ranks follow exactly."""
+
+    rows: np.ndarray  # (cells,) int64
+    held: tuple[np.ndarray, ...]  # per condition, (cells,) int64
+    moments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray | None], ...]
+    codes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # attribute -> (cell, code, n)
+
+
+@dataclass(frozen=True)
+class MomentsPart:
+    """A clipped sum asked of ``grouped_counts``: the rows with a value (codes other than
+    ``missing``), how many fall below, in and above the clip's codes, and the sums of the
+    codes in it (and of their squares)."""
+
+    plan: ClipPlan
+    low_code: int  # the first code whose offset is above 0
+    high_code: int  # the last code whose offset is below span
+    missing: int | None
+    squares: bool
+
+    def total(self, n: int, below: int, above: int, mid: int, s: int, s2: int | None) -> tuple[int, int, int | None]:
+        """(rows, sum of clipped values, sum of their squares) in units, exactly, from the
+        engine's counts and code sums: below the clip the offset is 0, above it span, in
+        it scale * code + shift."""
+        p = self.plan
+        if p.constant is not None:
+            c = p.constant
+            return n, n * c, (n * c * c if self.squares else None)
+        a, b = p.scale, p.shift
+        d1 = p.span * above + a * s + b * mid
+        total = n * p.base + d1
+        if not self.squares:
+            return n, total, None
+        assert s2 is not None
+        d2 = p.span * p.span * above + a * a * s2 + 2 * a * b * s + b * b * mid
+        return n, total, n * p.base * p.base + 2 * p.base * d1 + d2
+
+
+def moments_part(
+    schema: Schema, attribute: object, lower: object, upper: object, unit: object, squares: bool
+) -> MomentsPart:
+    """A clipped sum's plan as code ranges (see :class:`MomentsPart`)."""
+    plan = moments_plan(schema, attribute, lower, upper, squares, unit)
+    attr = schema.attribute(str(attribute))
+    if plan.constant is not None:
+        lo = hi = 0
+    else:  # offset = scale * code + shift, clipped to [0, span]
+        lo = -(plan.shift // plan.scale)  # ceil(-shift / scale)
+        hi = (plan.span - plan.shift) // plan.scale
+    return MomentsPart(plan, lo, hi, attr.missing_position, squares)
+
+
+def check_grouped(schema: Schema, attributes: object, conditions: object) -> list[str]:
+    """The attributes of a ``grouped_counts`` call: distinct names of the schema, each
+    with at most :data:`HISTOGRAM_VALUES` values (a count per value must stay small)."""
+    if isinstance(attributes, str) or not isinstance(attributes, list | tuple):
+        raise InvalidParameter("attributes must be a list of attribute names")
+    if isinstance(conditions, str) or not isinstance(conditions, list | tuple):
+        raise InvalidParameter("conditions must be a list of queries")
+    names = list(dict.fromkeys(attributes))
+    for n in names:
+        if not isinstance(n, str) or n not in schema:
+            raise InvalidParameter(f"unknown attribute {n!r}")
+        if schema.attribute(n).size > HISTOGRAM_VALUES:
+            raise InvalidParameter(
+                f"{n!r} has {schema.attribute(n).size} values: count it per value with "
+                "clipped_moments instead"
+            )
+    return names
+
+
+def grouped_result(
+    g: Groups,
+    cells: int,
+    cell: np.ndarray,
+    values: Sequence[Sequence[Any]],
+    conditions: Sequence[Any],
+    parts: Sequence[MomentsPart],
+    names: Sequence[str],
+    per_code: Sequence[tuple[list[str], Any, int]],
+) -> GroupedCounts:
+    """A :class:`GroupedCounts` from the engine's rows: per result row its cell and its
+    aggregates in ``grouped_counts``' order (rows, a count per condition, then per
+    clipped column its present, above, mid counts, code sum [and sum of squares]); per
+    attribute asked, the engine's (cell columns..., code, n) table."""
+    rows = np.zeros(cells, dtype=np.int64)
+    held = [np.zeros(cells, dtype=np.int64) for _ in conditions]
+    sums: list[list[list[int]]] = [[[0] * 5 for _ in range(cells)] for _ in parts]
+    for c, vals in zip(cell.tolist(), values, strict=True):
+        rows[c] += int(vals[0])
+        for i in range(len(conditions)):
+            held[i][c] += int(vals[1 + i])
+        at = 1 + len(conditions)
+        for j, m in enumerate(parts):
+            width = 5 if m.squares else 4
+            acc = sums[j][c]
+            for t in range(width):
+                v = vals[at + t]
+                acc[t] += 0 if v is None else int(v)
+            at += width
+    moments_out = []
+    for j, m in enumerate(parts):
+        n = np.zeros(cells, dtype=object)
+        s1 = np.zeros(cells, dtype=object)
+        s2 = np.zeros(cells, dtype=object) if m.squares else None
+        for c in range(cells):
+            present, above, mid, s, sq = sums[j][c]
+            n[c], s1[c], t2 = m.total(present, 0, above, mid, s, sq if m.squares else None)
+            if s2 is not None:
+                s2[c] = t2
+        moments_out.append((n, s1, s2))
+    codes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for name, (columns, table, at) in zip(names, per_code, strict=True):
+        k = len(g.indices)
+        c = g.cell_of([np.asarray(table[columns[i]], np.int64) for i in range(k)])
+        if not k:
+            c = np.zeros(len(table[columns[-1]]), np.int64)
+        codes[name] = (c, np.asarray(table[columns[at]], np.int64), np.asarray(table[columns[-1]], np.int64))
+    return GroupedCounts(rows, tuple(held), tuple(moments_out), codes)
+
+
+def fold_rows(cells: int, cell: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """(cells,) int64 totals of the engine's per-row counts."""
+    out = np.zeros(cells, dtype=np.int64)
+    np.add.at(out, np.asarray(cell, np.int64), np.asarray(count, np.int64))
+    return out
+
+
 #: Attributes with at most this many values get their moments from a count per value
 #: (one GROUP BY, then exact integer sums here), which engines do faster than 128-bit sums.
 HISTOGRAM_VALUES = 1 << 16
@@ -157,28 +290,38 @@ def moments_from_counts(
     squares: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """:func:`moments` from the engine's rows (cell, code, count): the offsets
-    d = clip(code, low, high) - low are summed here, in exact Python integers."""
+    d = clip(scale code + shift, 0, span) summed here, exactly: in 64-bit integers when
+    every total fits (the rows times the widest square stay below 2^62), else in Python
+    integers."""
     code = np.asarray(code, dtype=np.int64)
+    cell = np.asarray(cell, dtype=np.int64)
+    count = np.asarray(count, dtype=np.int64)
+    total = int(count.sum()) if count.size else 0
     if plan.constant is not None:
         d: Any = np.zeros(code.size, dtype=np.int64)
     elif plan.scale * HISTOGRAM_VALUES + abs(plan.shift) < 2**62:  # int64 is exact
         d = np.clip(code * plan.scale + plan.shift, 0, plan.span)
     else:
         d = np.asarray(plan.offsets(code.tolist()), dtype=object)
-    n = np.zeros(cells, dtype=object)
-    s1 = np.zeros(cells, dtype=object)
-    s2 = np.zeros(cells, dtype=object)
-    for c, k, x in zip(
-        np.asarray(cell, np.int64).tolist(),
-        np.asarray(count, np.int64).tolist(),
-        d.tolist(),
-        strict=True,
-    ):
-        n[c] += k
-        s1[c] += k * x
-        s2[c] += k * x * x
+    if d.dtype != object and total * max(plan.span, 1) ** 2 < 2**62:
+        n = np.zeros(cells, dtype=np.int64)
+        s1 = np.zeros(cells, dtype=np.int64)
+        s2 = np.zeros(cells, dtype=np.int64)
+        np.add.at(n, cell, count)
+        np.add.at(s1, cell, count * d)
+        np.add.at(s2, cell, count * d * d)
+        as_int = [int(v) for v in n], [int(v) for v in s1], [int(v) for v in s2]
+    else:
+        n_o = np.zeros(cells, dtype=object)
+        s1_o = np.zeros(cells, dtype=object)
+        s2_o = np.zeros(cells, dtype=object)
+        for c, k, x in zip(cell.tolist(), count.tolist(), d.tolist(), strict=True):
+            n_o[c] += k
+            s1_o[c] += k * x
+            s2_o[c] += k * x * x
+        as_int = n_o.tolist(), s1_o.tolist(), s2_o.tolist()
     return moments(
-        plan, cells, np.arange(cells), n.tolist(), s1.tolist(), s2.tolist() if squares else None
+        plan, cells, np.arange(cells), as_int[0], as_int[1], as_int[2] if squares else None
     )
 
 

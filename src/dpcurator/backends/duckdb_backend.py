@@ -511,6 +511,96 @@ class DuckDBBackend:
             [r[k + 2] for r in rows] if squares else None,
         )
 
+    def grouped_counts(
+        self,
+        where: Query | None,
+        by: Sequence[str] = (),
+        conditions: Sequence[Query] = (),
+        moments: Sequence[tuple[str, int, int, object, bool]] = (),
+        attributes: Sequence[str] = (),
+    ) -> _grouping.GroupedCounts:
+        """Per group cell of ``by``, from ONE ``GROUP BY`` over the rows ``where``
+        covers (``count(*) FILTER`` and sums of codes, no per-row arithmetic): the rows,
+        the rows each of ``conditions`` holds for, and for each ``(attribute, lower,
+        upper, unit, squares)`` of ``moments`` the rows with a value, the sum of their
+        values clipped to [lower, upper] and of its squares, in ``unit`` (as
+        :meth:`clipped_moments`). Each of ``attributes`` (of at most
+        :data:`~dpcurator.backends._grouping.HISTOGRAM_VALUES` values) adds its rows per
+        code, one more ``GROUP BY``. Thread-safe, like :meth:`counts`."""
+        g = _grouping.groups(self.schema, by)
+        names = _grouping.check_grouped(self.schema, attributes, conditions)
+        parts = [_grouping.moments_part(self.schema, *m) for m in moments]
+        cells = g.cells
+        cond = self._cover(where)
+        if cond is None:
+            zero = np.zeros(cells, np.int64)
+            empty = np.zeros(0, np.int64)
+            return _grouping.GroupedCounts(
+                zero,
+                tuple(zero.copy() for _ in conditions),
+                tuple(_grouping.moments(m.plan, cells, empty, [], [], [] if m.squares else None) for m in parts),
+                {n: (empty, empty, empty) for n in names},
+            )
+        keys = [self._columns[j] for j in g.indices]
+        aggs = ["count(*)"]
+        params: list[int] = []
+        for c in conditions:
+            got = self._cover(c)
+            aggs.append(f"count(*) FILTER (WHERE {got[0]})" if got else "0")
+            params.extend(got[1] if got else [])
+        for m in parts:
+            aggs += self._moments_sql(m)
+        sql = f"SELECT {', '.join([*keys, *aggs])} FROM {ident(self.table)} WHERE {cond[0]}"
+        if keys:
+            sql += f" GROUP BY {', '.join(keys)}"
+        per_code = []
+        with self._reader() as con:
+            res = con.execute(sql, [*params, *cond[1]]).fetchall()
+            for n in names:
+                cols, at = g.with_column(self.schema.index(n))
+                listed = ", ".join(self._columns[i] for i in cols)
+                got = con.execute(
+                    f"SELECT {listed}, count(*) AS n FROM {ident(self.table)} WHERE {cond[0]} "
+                    f"GROUP BY {listed}",
+                    cond[1],
+                ).fetchnumpy()
+                per_code.append((list(got), got, at))
+        k = len(keys)
+        cell = g.cell_of([np.array([r[i] for r in res], np.int64) for i in range(k)]) if k else np.zeros(len(res), np.int64)
+        values = [r[k:] for r in res]
+        return _grouping.grouped_result(g, cells, cell, values, conditions, parts, names, per_code)
+
+    def _moments_sql(self, m: _grouping.MomentsPart) -> list[str]:
+        """A clipped column's aggregates for :meth:`grouped_counts`: rows with a value,
+        those above the clip's codes, those in it, their codes' sum (and of squares). A
+        filter that holds everywhere is left out: DuckDB sums a code column at once."""
+        col = self._columns[m.plan.index]
+        size = self.schema.attributes[m.plan.index].size
+        present = f"{col} <> {m.missing}" if m.missing is not None else ""
+        lo, hi = max(m.low_code, 0), max(m.high_code, -1)
+        parts = [f"{col} >= {lo}"] if lo > 0 else []
+        if hi < size - 1:
+            parts.append(f"{col} <= {hi}")
+        if present:
+            parts.append(present)
+        mid = " AND ".join(parts)
+
+        def where(cond: str) -> str:
+            return f" FILTER (WHERE {cond})" if cond else ""
+
+        above = " AND ".join(x for x in (present, f"{col} > {hi}") if x)
+        code = col if size < 2**31 else f"CAST({col} AS HUGEINT)"
+        square = f"CAST({col} AS BIGINT) * {col}" if size < 2**31 else f"{code} * {code}"
+        out = [
+            f"count(*){where(present)}",
+            f"count(*){where(above)}" if hi < size - 1 else "0",
+            f"count(*){where(mid)}",
+            f"sum({code}){where(mid)}",
+        ]
+        if m.squares:
+            out.append(f"sum({square}){where(mid)}")
+        return out
+
     def binned_counts(
         self,
         attribute: str,

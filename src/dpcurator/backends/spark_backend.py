@@ -575,6 +575,78 @@ class SparkBackend:
             [None if r["s2"] is None else int(r["s2"]) for r in got] if squares else None,
         )
 
+    def grouped_counts(
+        self,
+        where: Query | None,
+        by: Sequence[str] = (),
+        conditions: Sequence[Query] = (),
+        moments: Sequence[tuple[str, int, int, object, bool]] = (),
+        attributes: Sequence[str] = (),
+    ) -> _grouping.GroupedCounts:
+        """The same as DuckDB's: one aggregation over the rows ``where`` covers (rows,
+        rows per condition, clipped sums as counts and sums of codes), and one more per
+        attribute asked for its rows per code."""
+        g = _grouping.groups(self.schema, by)
+        names = _grouping.check_grouped(self.schema, attributes, conditions)
+        parts = [_grouping.moments_part(self.schema, *m) for m in moments]
+        cells = g.cells
+        with self._reader() as df:
+            rows_df = self._covered(df, where)
+            if rows_df is None:
+                zero = np.zeros(cells, np.int64)
+                empty = np.zeros(0, np.int64)
+                return _grouping.GroupedCounts(
+                    zero,
+                    tuple(zero.copy() for _ in conditions),
+                    tuple(
+                        _grouping.moments(m.plan, cells, empty, [], [], [] if m.squares else None)
+                        for m in parts
+                    ),
+                    {n: (empty, empty, empty) for n in names},
+                )
+            keys = [self._columns[j] for j in g.indices]
+            one = F.lit(1)
+            aggs = [F.count(one)]
+            aggs += [F.count(F.when(self._condition(c), one)) for c in conditions]
+            for m in parts:
+                col = F.col(self._columns[m.plan.index]).cast("bigint")
+                present = col != m.missing if m.missing is not None else F.lit(True)
+                mid = col.between(max(m.low_code, 0), max(m.high_code, -1))
+                code = col.cast(DECIMAL)
+                aggs += [
+                    F.count(F.when(present, one)),
+                    F.count(F.when(present & (col > max(m.high_code, -1)), one)),
+                    F.count(F.when(mid, one)),
+                    F.sum(F.when(mid, code)),
+                ]
+                if m.squares:
+                    aggs.append(F.sum(F.when(mid, (code * code).cast(DECIMAL))))
+            got = (rows_df.groupBy(*keys) if keys else rows_df).agg(*aggs).collect()
+            per_code = []
+            for n in names:
+                cols, at = g.with_column(self.schema.index(n))
+                listed = [self._columns[i] for i in cols]
+                table = _collect_arrow(rows_df.groupBy(*listed).agg(F.count(one).alias("n")))
+                per_code.append(([*listed, "n"], {c: _column(table, c) for c in [*listed, "n"]}, at))
+        k = len(keys)
+        cell = (
+            g.cell_of([np.array([r[i] for r in got], np.int64) for i in range(k)])
+            if k
+            else np.zeros(len(got), np.int64)
+        )
+        values = [list(r)[k:] for r in got]
+        return _grouping.grouped_result(g, cells, cell, values, conditions, parts, names, per_code)
+
+    def _condition(self, q: Query) -> Column:
+        """A query as one Spark condition (a union's disjoint boxes OR-ed)."""
+        parts = unions.boxes(q) if isinstance(q, BooleanQuery) else (q,)
+        boxes = [b for b in (self._checker.check(p) for p in parts) if b is not None]
+        if not boxes:
+            return F.lit(False)
+        if not all(boxes):
+            return F.lit(True)
+        return functools.reduce(operator.or_, (self._box(b) for b in boxes))
+
     def binned_counts(
         self,
         attribute: str,

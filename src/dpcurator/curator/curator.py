@@ -19,6 +19,7 @@ import math
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -228,6 +229,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         #: Tables joined on the privacy unit (``a JOIN b``), built at their first SELECT.
         self._joins: dict[str, Any] = {}
         self._join_lock = threading.Lock()
+        self._sql_parsed: OrderedDict[str, Any] = OrderedDict()  # SELECTs read (sql_requests)
         self.limits = limits or requests.RequestLimits()
         self.budget = budget
         self._ledger = ledger

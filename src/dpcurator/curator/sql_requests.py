@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from dpcurator.backends._grouping import HISTOGRAM_VALUES, bin_counts
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
 from dpcurator.curator.budget import Cost
@@ -63,6 +65,8 @@ from dpcurator.queries.predicates import complement
 from dpcurator.sql import SelectRequest, parse_select
 from dpcurator.sql.output import SqlResult, compile_having, shape
 
+#: How many SELECTs a curator keeps read (see ``_parsed``).
+PARSED = 256
 #: The columns of an EXPLAIN's answer.
 EXPLAIN_COLUMNS = (
     "output",
@@ -161,9 +165,26 @@ class SqlRequests:
     def _sql_schemas(self) -> dict[str, Schema]:
         return {name: be.schema for name, be in self._backends.items()}
 
-    def _plan_sql(self, text: str) -> _Plan:
+    def _parsed(self, text: object) -> SelectRequest:
+        """A SELECT read once per curator (its meaning depends only on its text and the
+        curator's public schemas and unit, which never change): a dashboard asking the
+        same SELECT again is not parsed again. The most recent :data:`PARSED` are kept."""
+        if isinstance(text, str):
+            with self._join_lock:
+                got = self._sql_parsed.get(text)
+                if got is not None:
+                    self._sql_parsed.move_to_end(text)
+                    return got
         unit = self.privacy_unit.column if self.privacy_unit is not None else None
         req = parse_select(text, self._sql_schemas(), unit=unit, having=compile_having)
+        with self._join_lock:
+            self._sql_parsed[str(text)] = req
+            while len(self._sql_parsed) > PARSED:
+                self._sql_parsed.popitem(last=False)
+        return req
+
+    def _plan_sql(self, text: str) -> _Plan:
+        req = self._parsed(text)
         o = req.options
         if o.max_rows_per_unit is not None and o.max_rows_per_unit != self._k:
             raise QueryError(
@@ -302,6 +323,7 @@ class SqlRequests:
 
     _joins: dict[str, Any]
     _join_lock: threading.Lock
+    _sql_parsed: OrderedDict[str, SelectRequest]
 
     def _joined_schema(self, table: str) -> JoinedSchema:
         """The schema of a join on the unit named ``a JOIN b`` (a ledger's charge on it is
@@ -350,35 +372,14 @@ class SqlRequests:
     def _measure_sql(self, plan: _Plan) -> tuple[tuple[str, ...], list[list[Any]]]:
         """Read the exact aggregates, add every measurement's noise once, estimate."""
         be = self._table_backend(plan.table)
-        by = list(plan.request.groups)
         cells = plan.cells
         schema = plan.schema
-        first = schema.attributes[0]
         exact: dict[tuple[Any, ...], Any] = {}
         sums: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+        if not self._measure_in_one_scan(plan, be, exact, sums):
+            self._measure_each(plan, be, exact, sums)
         for key in plan.measures:
-            kind = key[0]
-            if kind == "count":
-                rows = self._present(plan, key[1])
-                exact[key] = be.binned_counts(first.name, [0, first.size], rows, by)[:, 0]
-            elif kind == "share":
-                holds = intersection(plan.covered, requests.canonical_query(key[1], schema), text="")
-                exact[key] = be.binned_counts(first.name, [0, first.size], holds, by)[:, 0]
-            elif kind in ("centred", "squares", "sum"):
-                m = plan.measures[key]
-                bkey = key[1:]
-                if bkey not in sums:
-                    squares = ("squares", *bkey) in plan.measures
-                    sums[bkey] = be.clipped_moments(
-                        key[1], m.low, m.high, self._present(plan, [key[1]]), by, squares=squares, unit=m.unit
-                    )
-            elif kind == "quantile":
-                col = key[1]
-                pos = plan.candidates[key]
-                attr = schema.attribute(col)
-                edges = sorted({0, attr.size, *pos, *(p + 1 for p in pos)})
-                exact[key] = (be.binned_counts(col, edges, self._present(plan, [col]), by), edges)
-            elif kind == "distinct":
+            if key[0] == "distinct":
                 exact[key] = [
                     be.distinct_units(self._group_rows(plan, combo))
                     for combo in itertools.product(*(range(t.groups) for t in plan.terms))
@@ -436,6 +437,79 @@ class SqlRequests:
         for _, kind, _ in req.outputs:
             column_of.append(next(gi) if kind == "group" else next(ai))
         return columns, shape(rows, req.having, req.order, req.limit, column_of)
+
+    def _measure_in_one_scan(self, plan: _Plan, be: Any, exact: dict, sums: dict) -> bool:
+        """Every count, sum and share from ONE pass (the backend's ``grouped_counts``:
+        rows per group, per condition, and each clipped column's counts and code sums),
+        and a percentile's ranks from its column's rows per code; False when a percentile's
+        column has too many values for a count per value (then each is measured alone)."""
+        schema = plan.schema
+        quantiles = [key for key in plan.measures if key[0] == "quantile"]
+        if not hasattr(be, "grouped_counts") or any(
+            schema.attribute(key[1]).size > HISTOGRAM_VALUES for key in quantiles
+        ):
+            return False
+        shares = [key for key in plan.measures if key[0] == "share"]
+        present = [key for key in plan.measures if key[0] == "count" and key[1]]
+        clipped = list(dict.fromkeys(key[1:] for key in plan.measures if key[0] in ("centred", "squares", "sum")))
+        conditions = [requests.canonical_query(key[1], schema) for key in shares]
+        conditions += [self._present(plan, key[1]) for key in present]  # rows with a value
+        moments = []
+        for bkey in clipped:
+            m = plan.measures.get(("centred", *bkey)) or plan.measures[("sum", *bkey)]
+            moments.append((bkey[0], m.low, m.high, m.unit, ("squares", *bkey) in plan.measures))
+        columns = list(dict.fromkeys(key[1] for key in quantiles))
+        got = be.grouped_counts(plan.covered, list(plan.request.groups), conditions, moments, columns)
+        cells = plan.cells
+        for key in plan.measures:
+            kind = key[0]
+            if kind == "count" and key[1]:
+                exact[key] = got.held[len(shares) + present.index(key)]
+            elif kind == "count":
+                exact[key] = got.rows
+            elif kind == "share":
+                exact[key] = got.held[shares.index(key)]
+            elif kind in ("centred", "squares", "sum"):
+                sums[key[1:]] = got.moments[clipped.index(key[1:])]
+            elif kind == "quantile":
+                pos = plan.candidates[key]
+                attr = schema.attribute(key[1])
+                edges = np.asarray(sorted({0, attr.size, *pos, *(p + 1 for p in pos)}), np.int64)
+                cell, code, n = got.codes[key[1]]
+                p = attr.missing_position
+                keep = code != p if p is not None else np.ones(code.shape, bool)
+                exact[key] = (bin_counts(cells, edges, cell[keep], code[keep], n[keep]), edges.tolist())
+        return True
+
+    def _measure_each(self, plan: _Plan, be: Any, exact: dict, sums: dict) -> None:
+        """The measurements one scan each (a column with too many values for a count
+        per value)."""
+        by = list(plan.request.groups)
+        schema = plan.schema
+        first = schema.attributes[0]
+        for key in plan.measures:
+            kind = key[0]
+            if kind == "count":
+                rows = self._present(plan, key[1])
+                exact[key] = be.binned_counts(first.name, [0, first.size], rows, by)[:, 0]
+            elif kind == "share":
+                holds = intersection(plan.covered, requests.canonical_query(key[1], schema), text="")
+                exact[key] = be.binned_counts(first.name, [0, first.size], holds, by)[:, 0]
+            elif kind in ("centred", "squares", "sum"):
+                m = plan.measures[key]
+                bkey = key[1:]
+                if bkey not in sums:
+                    squares = ("squares", *bkey) in plan.measures
+                    sums[bkey] = be.clipped_moments(
+                        key[1], m.low, m.high, self._present(plan, [key[1]]), by,
+                        squares=squares, unit=m.unit,
+                    )  # fmt: skip
+            elif kind == "quantile":
+                col = key[1]
+                pos = plan.candidates[key]
+                attr = schema.attribute(col)
+                edges = sorted({0, attr.size, *pos, *(p + 1 for p in pos)})
+                exact[key] = (be.binned_counts(col, edges, self._present(plan, [col]), by), edges)
 
     def _group_rows(self, plan: _Plan, combo: Sequence[int]) -> Query | BooleanQuery:
         if not plan.terms:

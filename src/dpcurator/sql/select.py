@@ -373,9 +373,10 @@ def _share_condition(node: exp.Expression, names: _Names) -> str | None:
     return None
 
 
-def _aggregate(node: exp.Expression, name: str, names: _Names, unit: str | None) -> Aggregate | None:
-    """The aggregate ``node`` is, or None if it is no aggregate."""
-    text = node.sql(dialect="bigquery").replace(PREFIX, "")
+def _aggregate(
+    node: exp.Expression, name: str, text: str, names: _Names, unit: str | None
+) -> Aggregate | None:
+    """The aggregate ``node`` (written ``text``) is, or None if it is no aggregate."""
     if isinstance(node, exp.Count):
         inner = node.this
         if isinstance(inner, exp.Star):
@@ -562,10 +563,13 @@ def parse_select(
         raise QueryError("SQL: SELECT * would return rows; select aggregates (and group columns)")
     if not items:
         raise QueryError("SQL: SELECT needs at least one aggregate")
+    texts: list[str] = []  # each output as written, for HAVING and ORDER BY to name
     for item in items:
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
-        shown = _shown(node)
-        agg = _aggregate(node, alias or _default_name(node), names, unit)
+        written = node.sql(dialect="bigquery").replace(PREFIX, "")
+        texts.append(written.lower())
+        shown = written if len(written) <= 60 else written[:57] + "..."
+        agg = _aggregate(node, alias or _default_name(node, written), written, names, unit)
         if agg is not None:
             name = agg.name
             if name in used:
@@ -587,7 +591,7 @@ def parse_select(
             raise QueryError(
                 f"SQL: column {shown} is neither grouped nor aggregated: add it to GROUP BY"
             )
-        name = alias or _default_name(node)
+        name = alias or _default_name(node, written)
         if name in used:
             raise QueryError(f"SQL: two outputs are named {name}: give one an alias (AS ...)")
         used.add(name)
@@ -598,7 +602,6 @@ def parse_select(
             "alone would list the groups)"
         )
     positions = {n: i for i, (n, _, _) in enumerate(outputs)}
-    texts = [_canonical(item.this if isinstance(item, exp.Alias) else item) for item in items]
     having_clause = None
     if tree.args.get("having") is not None:
         if having is None:
@@ -630,7 +633,7 @@ def _canonical(node: exp.Expression) -> str:
     return node.sql(dialect="bigquery").replace(PREFIX, "").lower()
 
 
-def _default_name(node: exp.Expression) -> str:
+def _default_name(node: exp.Expression, written: str) -> str:
     """An output's name without an alias: a column's own name, a part as the query
     language writes it (``month(time_hour)``), else the expression as written."""
     if isinstance(node, exp.Column):
@@ -642,7 +645,7 @@ def _default_name(node: exp.Expression) -> str:
         )
         if isinstance(inner, exp.Column):
             return f"{part}({inner.name})"
-    return node.sql(dialect="bigquery").replace(PREFIX, "")
+    return written
 
 
 def _plain_term(names: _Names, node: exp.Expression) -> str:
