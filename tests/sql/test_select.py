@@ -28,8 +28,13 @@ SCHEMA = Schema.from_dict(
             {"name": "sex", "type": "categorical", "values": ["F", "M"], "missing": "NA"},
             {"name": "hours-per-week", "type": "integer", "min": 0, "max": 99},
             {"name": "paid", "type": "boolean", "missing": "NA"},
-            {"name": "t", "type": "timestamp", "min": "2020-01-01T00:00:00Z",
-             "max": "2020-12-31T23:00:00Z", "unit": "hour"},  # fmt: skip
+            {
+                "name": "t",
+                "type": "timestamp",
+                "min": "2020-01-01T00:00:00Z",
+                "max": "2020-12-31T23:00:00Z",
+                "unit": "hour",
+            },
         ]
     }
 )
@@ -84,15 +89,30 @@ def test_the_pre_pass_leaves_strings_and_quoted_names_alone():
     ("text", "message"),
     [
         ("SELECT COUNT(*) FROM adult", "without WITH DIFFERENTIAL_PRIVACY"),
-        (f"{DP} sex, COUNT(*) FROM adult", "column sex is neither grouped nor aggregated: add it to GROUP BY"),
-        (f"{DP} AVG(age) FROM adult", "AVG(age) needs bounds: write AVG(age, contribution_bounds_per_group => (lower, upper))"),
+        (
+            f"{DP} sex, COUNT(*) FROM adult",
+            "column sex is neither grouped nor aggregated: add it to GROUP BY",
+        ),
+        (
+            f"{DP} AVG(age) FROM adult",
+            "AVG(age) needs bounds: write AVG(age, contribution_bounds_per_group => (lower, upper))",
+        ),
         (f"{DP} COUNT(*) FROM (SELECT * FROM adult)", "subqueries are not supported"),
         (f"{DP} COUNT(*) FROM adult WHERE age IN (SELECT 1)", "subqueries are not supported"),
-        (f"{DP} COUNT(*) FROM adult WHERE hours-per-week > 40", "hours-per-week reads as a subtraction; write `hours-per-week` in backticks"),
-        (f"{DP} AVG(hours-per-week, contribution_bounds_per_group => (0, 99)) FROM adult", "write `hours-per-week` in backticks"),
+        (
+            f"{DP} COUNT(*) FROM adult WHERE hours-per-week > 40",
+            "hours-per-week reads as a subtraction; write `hours-per-week` in backticks",
+        ),
+        (
+            f"{DP} AVG(hours-per-week, contribution_bounds_per_group => (0, 99)) FROM adult",
+            "write `hours-per-week` in backticks",
+        ),
         (f"{DP} * FROM adult", "SELECT * would return rows"),
         (f"{DP} sex FROM adult GROUP BY sex", "a DP SELECT answers aggregates"),
-        (f"{DP} SUM(age, contribution_bounds_per_group => (0, 99)) / COUNT(*) FROM adult", "arithmetic on them"),
+        (
+            f"{DP} SUM(age, contribution_bounds_per_group => (0, 99)) / COUNT(*) FROM adult",
+            "arithmetic on them",
+        ),
         (f"{DP} COUNT(*) FROM adult WHERE age > sex", "compares two columns"),
         (f"{DP} COUNT(*) FROM adult WHERE sex LIKE 'F%'", "LIKE is not supported"),
         (f"{DP} COUNT(*) FROM adult WHERE age = NULL", "write IS NULL"),
@@ -103,11 +123,26 @@ def test_the_pre_pass_leaves_strings_and_quoted_names_alone():
         (f"{DP} PERCENTILE_CONT(sex, 0.5) FROM adult", "needs an ordered column"),
         (f"{DP} VAR_POP(age) FROM adult", "contribution_bounds_per_row => (lower, upper)"),
         (f"{DP} COUNT(*) FROM nowhere JOIN adult USING (id)", "unknown table 'nowhere'"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) COUNT(*) FROM adult", "needs the SELECT's cost"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, bogus=2) COUNT(*) FROM adult", "unknown option bogus"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=-1) COUNT(*) FROM adult", "must be positive"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, confidence=2) COUNT(*) FROM adult", "confidence must be in (0, 1)"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, privacy_unit_column=id) COUNT(*) FROM adult", "has no privacy unit"),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(delta=1e-6) COUNT(*) FROM adult",
+            "needs the SELECT's cost",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, bogus=2) COUNT(*) FROM adult",
+            "unknown option bogus",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=-1) COUNT(*) FROM adult",
+            "must be positive",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, confidence=2) COUNT(*) FROM adult",
+            "confidence must be in (0, 1)",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, privacy_unit_column=id) COUNT(*) FROM adult",
+            "has no privacy unit",
+        ),
         (f"{DP} COUNT(*) FROM adult WHERE nope = 1", "unknown column nope"),
         (f"{DP} COUNT(*) FROM adult WHERE s = 'a''b'", "Adjacent string literals"),
         ("DELETE FROM adult", "expected SELECT WITH DIFFERENTIAL_PRIVACY"),
@@ -143,17 +178,32 @@ def two_tables(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (f"{DP} COUNT(*) FROM f JOIN g USING (age)", "joins are on the privacy unit only: USING (id)"),
+        (
+            f"{DP} COUNT(*) FROM f JOIN g USING (age)",
+            "joins are on the privacy unit only: USING (id)",
+        ),
         (f"{DP} COUNT(*) FROM f JOIN g ON f.age = g.age", "joins are on the privacy unit only"),
         (f"{DP} COUNT(*) FROM f CROSS JOIN g", "only an inner JOIN on the privacy unit"),
         (f"{DP} COUNT(*) FROM f, g", "only an inner JOIN on the privacy unit"),
         (f"{DP} COUNT(*) FROM f LEFT JOIN g USING (id)", "LEFT JOIN: only an inner JOIN"),
-        (f"{DP} COUNT(*) FROM f JOIN g USING (id) WHERE age > 3", "column 'age' is in both tables: write f.age or g.age"),
+        (
+            f"{DP} COUNT(*) FROM f JOIN g USING (id) WHERE age > 3",
+            "column 'age' is in both tables: write f.age or g.age",
+        ),
         (f"{DP} COUNT(*) FROM f JOIN f USING (id)", "joined with itself"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, max_rows_per_unit=3) COUNT(*) FROM f", "keeps 2 rows per unit"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(rho=1) COUNT(*) FROM f", "give the cost as epsilon="),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, max_rows_per_unit=3) COUNT(*) FROM f",
+            "keeps 2 rows per unit",
+        ),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(rho=1) COUNT(*) FROM f",
+            "give the cost as epsilon=",
+        ),
         (f"{DP} COUNT(DISTINCT age) FROM f", "only the privacy unit's column (id)"),
-        ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=11) COUNT(*) FROM f", "more than the whole budget"),
+        (
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=11) COUNT(*) FROM f",
+            "more than the whole budget",
+        ),
     ],
 )
 def test_refusals_charge_nothing(two_tables, text, message):
@@ -192,10 +242,18 @@ ROWS = pd.DataFrame(
         "sex": ["F", None, "M", "F", "M", "M", None, "F", "M", "F"],
         "hours-per-week": [40, 20, 0, 99, 45, 40, 12, 60, 38, 40],
         "paid": [True, None, False, True, False, None, True, False, True, None],
-        "t": ["2020-01-01T00:00:00Z", "2020-03-05T10:00:00Z", "2020-06-01T23:00:00Z",
-              "2020-06-15T04:00:00Z", "2020-07-04T12:00:00Z", "2020-09-09T09:00:00Z",
-              "2020-12-31T23:00:00Z", "2020-02-29T00:00:00Z", "2020-06-01T00:00:00Z",
-              "2020-11-11T11:00:00Z"],  # fmt: skip
+        "t": [
+            "2020-01-01T00:00:00Z",
+            "2020-03-05T10:00:00Z",
+            "2020-06-01T23:00:00Z",
+            "2020-06-15T04:00:00Z",
+            "2020-07-04T12:00:00Z",
+            "2020-09-09T09:00:00Z",
+            "2020-12-31T23:00:00Z",
+            "2020-02-29T00:00:00Z",
+            "2020-06-01T00:00:00Z",
+            "2020-11-11T11:00:00Z",
+        ],
     }
 )
 
@@ -238,8 +296,10 @@ def test_where_counts_what_sql_counts(engines, predicate):
     be, con = engines
     req = parse(f"{DP} COUNT(*) FROM adult WHERE {predicate}")
     ours = int(be.counts([parse_query(req.where, SCHEMA)])[0])
-    sql = predicate.replace("`", '"').replace("month(t)", "month(t)").replace(
-        "t >= '2020-06-01'", "t >= TIMESTAMPTZ '2020-06-01 00:00:00+00'"
+    sql = (
+        predicate.replace("`", '"')
+        .replace("month(t)", "month(t)")
+        .replace("t >= '2020-06-01'", "t >= TIMESTAMPTZ '2020-06-01 00:00:00+00'")
     )
-    theirs = con.execute(f'SELECT count(*) FROM rows_df WHERE {sql}').fetchall()[0][0]
+    theirs = con.execute(f"SELECT count(*) FROM rows_df WHERE {sql}").fetchall()[0][0]
     assert ours == theirs, (predicate, req.where)

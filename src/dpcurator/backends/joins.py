@@ -30,7 +30,11 @@ def join_tables(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes)
         from dpcurator.backends.spark_backend import SparkBackend
     except InvalidParameter:  # no pyspark: then no Spark backend either
         SparkBackend = None  # type: ignore[assignment,misc]
-    if SparkBackend is not None and isinstance(left, SparkBackend) and isinstance(right, SparkBackend):
+    if (
+        SparkBackend is not None
+        and isinstance(left, SparkBackend)
+        and isinstance(right, SparkBackend)
+    ):
         return _spark(left, right, joined, k, key)
     raise InvalidParameter("a join needs both tables on one backend")
 
@@ -69,7 +73,9 @@ def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> 
             f"JOIN __r r ON l.{UNIT_COLUMN} = r.{UNIT_COLUMN}"
         )
         codes = [code_column(i) for i in range(len(joined.schema))]
-        text = ", ".join(["?", *(f"CAST({c} AS VARCHAR)" for c in codes), f"CAST({UNIT_COLUMN} AS VARCHAR)"])
+        text = ", ".join(
+            ["?", *(f"CAST({c} AS VARCHAR)" for c in codes), f"CAST({UNIT_COLUMN} AS VARCHAR)"]
+        )
         sized = f"SELECT *, count(*) OVER (PARTITION BY {UNIT_COLUMN}) AS __n FROM ({pairs})"
         ranked = (
             f"SELECT *, row_number() OVER (PARTITION BY {UNIT_COLUMN} ORDER BY CASE WHEN __n > ? "

@@ -68,7 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _tables(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
     if args.table:
         if args.data is not None or args.schema is not None:
-            raise InvalidParameter("give --data and --schema, or --table NAME DATA SCHEMA, not both")
+            raise InvalidParameter(
+                "give --data and --schema, or --table NAME DATA SCHEMA, not both"
+            )
         tables: dict[str, tuple[str, str]] = {}
         for name, data, schema in args.table:
             if name in tables:

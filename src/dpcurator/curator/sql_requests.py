@@ -142,7 +142,13 @@ class SqlRequests:
             released.append(
                 SqlResult(plan.request.text, columns, tuple(tuple(r) for r in rows), 0.0, "", None)
             )
-            return [{"sql": plan.request.text, "columns": list(columns), "rows": [list(r) for r in rows]}]
+            return [
+                {
+                    "sql": plan.request.text,
+                    "columns": list(columns),
+                    "rows": [list(r) for r in rows],
+                }
+            ]
 
         noise = "; ".join(f"{_label(m.key)} {m.noise}" for m in plan.measures.values())
         charge = Request(plan.covered, plan.cost.amount, "sql", plan.request.text, noise)  # type: ignore[arg-type]
@@ -202,7 +208,9 @@ class SqlRequests:
         cells = math.prod(t.groups for t in terms)
         if cells > cap:
             raise TooLarge(f"SQL: GROUP BY makes {cells} groups, over the limit {limit} = {cap}")
-        plan = _Plan(req, table, schema, covered, cost, terms, {}, [], alpha=float(1 - o.confidence))
+        plan = _Plan(
+            req, table, schema, covered, cost, terms, {}, [], alpha=float(1 - o.confidence)
+        )
         keys: list[tuple[Any, ...]] = []
         for agg in req.aggregates:
             need = self._needs(agg, schema)
@@ -263,7 +271,9 @@ class SqlRequests:
             need.append(("squares", *bounds))
         return need
 
-    def _measure_plan(self, key: tuple[Any, ...], part: Cost, schema: Schema, plan: _Plan) -> _Measure:
+    def _measure_plan(
+        self, key: tuple[Any, ...], part: Cost, schema: Schema, plan: _Plan
+    ) -> _Measure:
         k = self._k
         kind = key[0]
         if kind == "count":
@@ -292,15 +302,23 @@ class SqlRequests:
                 pos = [p for p in range(attr.value_count) if p != missing]
             else:
                 if attr.grid is None:
-                    raise QueryError(f"SQL: PERCENTILE_CONT({col}): bounds need a number, time or date column")
+                    raise QueryError(
+                        f"SQL: PERCENTILE_CONT({col}): bounds need a number, time or date column"
+                    )
                 a, b = attr.boundary(lo, after=False), attr.boundary(hi, after=True)
                 if b - a > cap:
-                    raise TooLarge(f"SQL: PERCENTILE_CONT({col}): {b - a} values in its bounds, over {limit} = {cap}")
+                    raise TooLarge(
+                        f"SQL: PERCENTILE_CONT({col}): {b - a} values in its bounds, over {limit} = {cap}"
+                    )
                 pos = list(range(a, b))
             if not pos:
-                raise QueryError(f"SQL: PERCENTILE_CONT({col}): no value of {col!r} lies in its bounds")
+                raise QueryError(
+                    f"SQL: PERCENTILE_CONT({col}): no value of {col!r} lies in its bounds"
+                )
             plan.candidates[key] = pos
-            sel = quantile_mechanism(self.budget.currency, part.amount, quantile_sensitivity(fq, k), fq.denominator)
+            sel = quantile_mechanism(
+                self.budget.currency, part.amount, quantile_sensitivity(fq, k), fq.denominator
+            )
             return _Measure(key, sel)
         _, col, lo, hi = key
         attr = schema.attribute(col)
@@ -315,7 +333,9 @@ class SqlRequests:
             from dpcurator.curator.statistics import MAX_VARIANCE_SPAN
 
             if r > MAX_VARIANCE_SPAN:
-                raise QueryError(f"SQL: VAR_POP({col}): (upper - lower) / {unit} must be <= {MAX_VARIANCE_SPAN}")
+                raise QueryError(
+                    f"SQL: VAR_POP({col}): (upper - lower) / {unit} must be <= {MAX_VARIANCE_SPAN}"
+                )
             sens = k * r * r
         return _Measure(key, self._noise(part, sens)[0], unit, low, high)  # type: ignore[attr-defined]
 
@@ -393,14 +413,18 @@ class SqlRequests:
                 truth = [int(v) for v in exact[key]]
                 if kind == "share":
                     n = [int(v) for v in exact[("count", ())]]
-                    truth = [2 * s - c for s, c in zip(truth, n, strict=True)]  # centred: y = 2 ind - 1
+                    truth = [
+                        2 * s - c for s, c in zip(truth, n, strict=True)
+                    ]  # centred: y = 2 ind - 1
             else:
                 n, s1, s2 = sums[key[1:]]
                 if kind == "sum":
                     truth = [int(v) for v in s1]
                 else:
                     cs = [
-                        centred_sums(int(n[i]), int(s1[i]), None if s2 is None else int(s2[i]), m.low, m.high)
+                        centred_sums(
+                            int(n[i]), int(s1[i]), None if s2 is None else int(s2[i]), m.low, m.high
+                        )
                         for i in range(cells)
                     ]
                     truth = [c[1] if kind == "centred" else c[2] for c in cs]  # type: ignore[misc]
@@ -418,7 +442,9 @@ class SqlRequests:
             chosen = []
             for row in counts:
                 before = np.concatenate(([0], np.cumsum(row)[:-1]))
-                i = m.noise.select(rank_scores(before[where_bin], row[where_bin], int(row.sum()), q), self._rng)
+                i = m.noise.select(
+                    rank_scores(before[where_bin], row[where_bin], int(row.sum()), q), self._rng
+                )
                 chosen.append(attr.value(pos[i]))
             selected[key] = chosen
         rows: list[list[Any]] = []
@@ -451,7 +477,11 @@ class SqlRequests:
             return False
         shares = [key for key in plan.measures if key[0] == "share"]
         present = [key for key in plan.measures if key[0] == "count" and key[1]]
-        clipped = list(dict.fromkeys(key[1:] for key in plan.measures if key[0] in ("centred", "squares", "sum")))
+        clipped = list(
+            dict.fromkeys(
+                key[1:] for key in plan.measures if key[0] in ("centred", "squares", "sum")
+            )
+        )
         conditions = [requests.canonical_query(key[1], schema) for key in shares]
         conditions += [self._present(plan, key[1]) for key in present]  # rows with a value
         moments = []
@@ -459,7 +489,9 @@ class SqlRequests:
             m = plan.measures.get(("centred", *bkey)) or plan.measures[("sum", *bkey)]
             moments.append((bkey[0], m.low, m.high, m.unit, ("squares", *bkey) in plan.measures))
         columns = list(dict.fromkeys(key[1] for key in quantiles))
-        got = be.grouped_counts(plan.covered, list(plan.request.groups), conditions, moments, columns)
+        got = be.grouped_counts(
+            plan.covered, list(plan.request.groups), conditions, moments, columns
+        )
         cells = plan.cells
         for key in plan.measures:
             kind = key[0]
@@ -478,7 +510,10 @@ class SqlRequests:
                 cell, code, n = got.codes[key[1]]
                 p = attr.missing_position
                 keep = code != p if p is not None else np.ones(code.shape, bool)
-                exact[key] = (bin_counts(cells, edges, cell[keep], code[keep], n[keep]), edges.tolist())
+                exact[key] = (
+                    bin_counts(cells, edges, cell[keep], code[keep], n[keep]),
+                    edges.tolist(),
+                )
         return True
 
     def _measure_each(self, plan: _Plan, be: Any, exact: dict, sums: dict) -> None:
@@ -493,7 +528,9 @@ class SqlRequests:
                 rows = self._present(plan, key[1])
                 exact[key] = be.binned_counts(first.name, [0, first.size], rows, by)[:, 0]
             elif kind == "share":
-                holds = intersection(plan.covered, requests.canonical_query(key[1], schema), text="")
+                holds = intersection(
+                    plan.covered, requests.canonical_query(key[1], schema), text=""
+                )
                 exact[key] = be.binned_counts(first.name, [0, first.size], holds, by)[:, 0]
             elif kind in ("centred", "squares", "sum"):
                 m = plan.measures[key]
@@ -588,7 +625,9 @@ class SqlRequests:
                 exp_err = scale
                 half = None  # in a group of n rows: about 2 * error_scale / n
                 what = "variance" if agg.kind in ("var_pop", "stddev_pop") else "value"
-                error = f"the {what}'s standard error is at most {scale:.4g} / n in a group of n rows"
+                error = (
+                    f"the {what}'s standard error is at most {scale:.4g} / n in a group of n rows"
+                )
                 noise = "; ".join(str(plan.measures[k].noise) for k in need)
             else:
                 exp_err = first.noise.expected_abs() * float(first.unit)
@@ -626,5 +665,3 @@ def _label(key: tuple[Any, ...]) -> str:
     if kind == "quantile":
         return f"percentile({key[1]})"
     return kind
-
-

@@ -47,9 +47,7 @@ class JoinedSchema:
             return column
         both = [f"{t}.{a}" for t, a in self.sources if a == column]
         if both:
-            raise QueryError(
-                f"column {column!r} is in both tables: write {' or '.join(both)}"
-            )
+            raise QueryError(f"column {column!r} is in both tables: write {' or '.join(both)}")
         return None
 
 

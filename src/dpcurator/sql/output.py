@@ -101,7 +101,10 @@ def compile_having(
         return lambda r: None if (v := inner(r)) is None else not v
     for cls, op in _OPS.items():
         if type(node) is cls:
-            left, right = _operand(node.this, positions, texts), _operand(node.expression, positions, texts)
+            left, right = (
+                _operand(node.this, positions, texts),
+                _operand(node.expression, positions, texts),
+            )
             return lambda r: _compare(op, left(r), right(r))
     if isinstance(node, exp.Between):
         x = _operand(node.this, positions, texts)

@@ -53,7 +53,12 @@ _KINDS = {
     "DP_PERCENTILE_CONT": "percentile",
 }
 _BOUNDS = ("contribution_bounds_per_group", "contribution_bounds_per_row")
-_PART_CLASSES: dict[type, str] = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour"}
+_PART_CLASSES: dict[type, str] = {
+    exp.Year: "year",
+    exp.Month: "month",
+    exp.Day: "day",
+    exp.Hour: "hour",
+}
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -368,7 +373,11 @@ def _share_condition(node: exp.Expression, names: _Names) -> str | None:
         branch = node.args["ifs"][0]
         if one(branch.args.get("true"), "1") and one(node.args.get("default"), "0"):
             return where_text(branch.this, names)
-    if isinstance(node, exp.If) and one(node.args.get("true"), "1") and one(node.args.get("false"), "0"):
+    if (
+        isinstance(node, exp.If)
+        and one(node.args.get("true"), "1")
+        and one(node.args.get("false"), "0")
+    ):
         return where_text(node.this, names)
     return None
 
@@ -434,7 +443,9 @@ def _aggregate(
         if not 0 <= q <= 1:
             raise QueryError(f"SQL: PERCENTILE_CONT's p must be in [0, 1], got {decimal_text(q)}")
         if not attr.ordered:
-            raise QueryError(f"SQL: PERCENTILE_CONT needs an ordered column; {col!r} is {attr.type}")
+            raise QueryError(
+                f"SQL: PERCENTILE_CONT needs an ordered column; {col!r} is {attr.type}"
+            )
         lo, hi = bounds if bounds is not None else (None, None)
         return Aggregate("percentile", name, text, column=col, q=q, lower=lo, upper=hi)
     if len(positional) != 1:
@@ -467,7 +478,15 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
         if k in seen:
             raise QueryError(f"SQL: OPTIONS gives {k} twice")
         seen[k] = v
-    known = {"epsilon", "rho", "mu", "delta", "privacy_unit_column", "max_rows_per_unit", "confidence"}
+    known = {
+        "epsilon",
+        "rho",
+        "mu",
+        "delta",
+        "privacy_unit_column",
+        "max_rows_per_unit",
+        "confidence",
+    }
     odd = sorted(set(seen) - known)
     if odd:
         raise QueryError(
@@ -536,7 +555,9 @@ def parse_select(
         if tree.args.get(key):
             raise QueryError(f"SQL: {key.strip('_').upper()} is not supported in a DP SELECT")
     if any(isinstance(n, exp.Subquery | exp.Exists) for n in tree.walk()):
-        raise QueryError("SQL: subqueries are not supported; one SELECT reads one table or a join on the unit")
+        raise QueryError(
+            "SQL: subqueries are not supported; one SELECT reads one table or a join on the unit"
+        )
     if any(isinstance(n, exp.Window) for n in tree.walk()):
         raise QueryError("SQL: window functions (OVER) are not supported")
     table, join, names = _from(tree, schemas, unit)
@@ -640,8 +661,10 @@ def _default_name(node: exp.Expression, written: str) -> str:
         return node.name
     part = _part_name(node) if not isinstance(node, exp.Count) else None
     if part is not None:
-        inner = node.expressions[0] if isinstance(node, exp.Anonymous) else (
-            node.expression if isinstance(node, exp.Extract) else node.this
+        inner = (
+            node.expressions[0]
+            if isinstance(node, exp.Anonymous)
+            else (node.expression if isinstance(node, exp.Extract) else node.this)
         )
         if isinstance(inner, exp.Column):
             return f"{part}({inner.name})"
@@ -689,7 +712,9 @@ def _group_by(tree: exp.Select, names: _Names) -> list[str]:
     return out
 
 
-def _order(tree: exp.Select, positions: Mapping[str, int], texts: Sequence[str]) -> tuple[tuple[int, bool, bool], ...]:
+def _order(
+    tree: exp.Select, positions: Mapping[str, int], texts: Sequence[str]
+) -> tuple[tuple[int, bool, bool], ...]:
     order = tree.args.get("order")
     if order is None:
         return ()
@@ -804,7 +829,8 @@ def _from(
             and isinstance(on.expression, exp.Column)
             and on.this.name == unit
             and on.expression.name == unit
-            and {tables.get(on.this.table or "", ""), tables.get(on.expression.table or "", "")} == {a, b}
+            and {tables.get(on.this.table or "", ""), tables.get(on.expression.table or "", "")}
+            == {a, b}
         ):
             raise QueryError(
                 f"SQL: JOIN ... ON {_shown(on)}: joins are on the privacy unit only: "

@@ -81,7 +81,11 @@ def pre_parse(text: object) -> PreParsed:
     ):
         has_clause = True
         j = i + 2
-        if toks[j].text.upper() != "OPTIONS" or j + 1 >= len(toks) or toks[j + 1].token_type != TokenType.L_PAREN:
+        if (
+            toks[j].text.upper() != "OPTIONS"
+            or j + 1 >= len(toks)
+            or toks[j + 1].token_type != TokenType.L_PAREN
+        ):
             raise QueryError(
                 f"SQL: expected OPTIONS(...) after WITH DIFFERENTIAL_PRIVACY, got {toks[j].text!r}"
             )
@@ -128,5 +132,7 @@ def _options(toks: list[Token], j: int) -> tuple[int, list[tuple[str, str]]]:
         if toks[k].token_type == TokenType.R_PAREN:
             return k, out
         if toks[k].token_type != TokenType.COMMA:
-            raise QueryError(f"SQL: OPTIONS: expected ',' or ')' after {name} = {value}, got {toks[k].text!r}")
+            raise QueryError(
+                f"SQL: OPTIONS: expected ',' or ')' after {name} = {value}, got {toks[k].text!r}"
+            )
         j = k + 1
