@@ -213,7 +213,7 @@ class SqlRequests:
         )
         keys: list[tuple[Any, ...]] = []
         for agg in req.aggregates:
-            need = self._needs(agg, schema)
+            need = self._needs(agg, schema, req.aggregates)
             plan.needs.append(need)
             keys.extend(k for k in need if k not in keys)
         work = cells * len(req.aggregates)
@@ -246,8 +246,11 @@ class SqlRequests:
             )
         return self.budget.cost(**{cur: value})
 
-    def _needs(self, agg: Any, schema: Schema) -> list[tuple[Any, ...]]:
-        """The measurements an aggregate reads (see the module docstring)."""
+    def _needs(self, agg: Any, schema: Schema, every: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """The measurements an aggregate reads (see the module docstring). A SUM beside
+        a mean, variance or deviation of the same column and bounds reads their count and
+        centred sum (the sum is (S + (L + U) N) / 2: post-processing), rather than a
+        measurement of its own that would take a share of the cost."""
 
         def present(col: str) -> tuple[str, ...]:
             return (col,) if schema.attribute(col).missing is not None else ()
@@ -262,7 +265,13 @@ class SqlRequests:
         if k == "share":
             return [("count", ()), ("share", agg.condition)]
         if k == "sum":
-            return [("sum", agg.column, agg.lower, agg.upper)]
+            same = (agg.column, agg.lower, agg.upper)
+            if any(
+                a.kind in ("avg", "var_pop", "stddev_pop") and (a.column, a.lower, a.upper) == same
+                for a in every
+            ):
+                return [("count", present(agg.column)), ("centred", *same)]
+            return [("sum", *same)]
         if k == "percentile":
             return [("quantile", agg.column, agg.q, agg.lower, agg.upper)]
         bounds = (agg.column, agg.lower, agg.upper)
@@ -569,6 +578,15 @@ class SqlRequests:
             v = noisy[need[0]][g]
             half = m.noise.interval(alpha)
             return [v, v - half, v + half]
+        if k == "sum" and len(need) == 2:  # from a mean's count and centred sum
+            count, total = plan.measures[need[0]], plan.measures[need[1]]
+            n, s = noisy[need[0]][g], noisy[need[1]][g]
+            c = total.low + total.high
+            value = Fraction(s + c * n, 2) * total.unit
+            # each noise within its half-width at alpha/2: both, with probability 1 - alpha
+            half = Fraction(total.noise.interval(alpha / 2) + abs(c) * count.noise.interval(alpha / 2), 2)
+            low, high = value - half * total.unit, value + half * total.unit
+            return [_number(value), _down(low), _up(high)]
         if k == "sum":
             m = plan.measures[need[0]]
             v = noisy[need[0]][g]
@@ -611,6 +629,21 @@ class SqlRequests:
                 half = sel.rank_error_bound(n, q, Fraction(1) - plan.request.options.confidence)
                 error = f"rank error at most {half} rows with the stated confidence"
                 noise = str(sel)
+            elif agg.kind == "sum" and len(need) == 2:  # from a mean's measurements
+                total = plan.measures[need[1]]
+                c = total.low + total.high
+                var = total.noise.variance() / 4 + (c / 2) ** 2 * first.noise.variance()
+                exp_err = math.sqrt(var) * float(total.unit)  # its standard deviation
+                half = _up(
+                    Fraction(
+                        total.noise.interval(plan.alpha / 2)
+                        + abs(c) * first.noise.interval(plan.alpha / 2),
+                        2,
+                    )
+                    * total.unit
+                )
+                error = "(S + (lower + upper) N) / 2 of the mean's noisy sum S and count N"
+                noise = f"{first.noise}; {total.noise}"
             elif agg.kind in ("avg", "var_pop", "stddev_pop", "share"):
                 total = plan.measures[need[1]]
                 mech = MomentsMechanism(
@@ -654,6 +687,27 @@ class SqlRequests:
 
 def _scaled(value: int, unit: Fraction) -> int | float:
     return value if unit == 1 else float(value * unit)
+
+
+def _number(x: Fraction) -> int | float:
+    """An exact answer as JSON carries it: an int when whole, else its float."""
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def _down(x: Fraction) -> int | float:
+    """An interval's low end, rounded outward (never above ``x``)."""
+    if x.denominator == 1:
+        return int(x)
+    f = float(x)
+    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
+
+
+def _up(x: Fraction) -> int | float:
+    """An interval's high end, rounded outward (never below ``x``)."""
+    if x.denominator == 1:
+        return int(x)
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 def _label(key: tuple[Any, ...]) -> str:
