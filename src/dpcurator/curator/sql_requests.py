@@ -131,8 +131,8 @@ class SqlRequests:
         interval (95% unless ``confidence=``). One charge of exactly the OPTIONS cost on
         the rows the WHERE clause covers, all or nothing. ``EXPLAIN SELECT ...`` answers
         what it would cost and each aggregate's expected error, charging nothing."""
+        self._quota(_analyst)  # type: ignore[attr-defined]  # an unknown analyst: refused first
         plan = self._plan_sql(text)
-        self._quota(_analyst)  # type: ignore[attr-defined]
         if plan.request.explain:
             return self._explain_sql(plan, _analyst)
         released: list[SqlResult] = []
@@ -233,7 +233,8 @@ class SqlRequests:
         delta = req.options.delta
         cur = self.budget.currency
         if name == "epsilon" and cur == "rho" and delta is not None and delta > 0:
-            rho = largest_zcdp_within(float(value), float(delta)).rho
+            # the floats at most the exact decimals: the rho found then meets them
+            rho = largest_zcdp_within(_float_at_most(value), _float_at_most(delta)).rho
             return self.budget.cost(rho=Fraction(rho))
         if delta is not None and delta != 0 and not (name == "epsilon" and cur == "rho"):
             raise QueryError(
@@ -692,6 +693,11 @@ def _scaled(value: int, unit: Fraction) -> int | float:
 def _number(x: Fraction) -> int | float:
     """An exact answer as JSON carries it: an int when whole, else its float."""
     return int(x) if x.denominator == 1 else float(x)
+
+
+def _float_at_most(x: Fraction) -> float:
+    f = float(x)
+    return f if Fraction(f) <= x else math.nextafter(f, -math.inf)
 
 
 def _down(x: Fraction) -> int | float:
