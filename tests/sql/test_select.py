@@ -303,3 +303,24 @@ def test_where_counts_what_sql_counts(engines, predicate):
     )
     theirs = con.execute(f"SELECT count(*) FROM rows_df WHERE {sql}").fetchall()[0][0]
     assert ours == theirs, (predicate, req.where)
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("(" * 40 + "age > 3" + ")" * 40, "nested more than 32 deep"),
+        ("NOT " * 40 + "age > 3", "nested more than 32 deep"),
+        (" OR ".join(f"age = {i}" for i in range(300)), "299 AND, OR and NOT in one SELECT, over 256"),
+    ],
+)
+def test_deep_or_long_conditions_are_refused_before_any_parser_recurses(where, message):
+    with pytest.raises(QueryError, match=message):
+        parse(f"{DP} COUNT(*) FROM adult WHERE {where}")
+
+
+def test_conditions_at_the_limits_are_read():
+    chain = " OR ".join(f"age = {i}" for i in range(257))  # 256 ORs, read flat
+    nested = "(" * 31 + "age > 3" + ")" * 31
+    for where in (chain, nested, "NOT (" * 15 + "age > 3" + ")" * 15):
+        req = parse(f"{DP} COUNT(*) FROM adult WHERE {where}")
+        parse_query(req.where, SCHEMA)  # the query language reads it too

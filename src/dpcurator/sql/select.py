@@ -258,12 +258,13 @@ def _truth(node: exp.Expression, names: _Names) -> tuple[str, str]:
     """(TRUE rows, FALSE rows) of a condition, both as query-language text."""
     if isinstance(node, exp.Paren):
         return _truth(node.this, names)
-    if isinstance(node, exp.And | exp.Or):
-        ta, fa = _truth(node.this, names)
-        tb, fb = _truth(node.expression, names)
-        if isinstance(node, exp.And):
-            return f"({ta} AND {tb})", f"({fa} OR {fb})"
-        return f"({ta} OR {tb})", f"({fa} AND {fb})"
+    if isinstance(node, exp.And | exp.Or):  # a chain of one operator, read flat
+        parts = [_truth(p, names) for p in _chain(node, type(node))]
+        t_op, f_op = ("AND", "OR") if isinstance(node, exp.And) else ("OR", "AND")
+        return (
+            "(" + f" {t_op} ".join(t for t, _ in parts) + ")",
+            "(" + f" {f_op} ".join(f for _, f in parts) + ")",
+        )
     if isinstance(node, exp.Not):
         inner = node.this
         if isinstance(inner, exp.In | exp.Between):
@@ -325,6 +326,23 @@ def _truth(node: exp.Expression, names: _Names) -> tuple[str, str]:
         f"SQL: {_shown(node)} is not a predicate; write comparisons of a column (or a part "
         "such as month(t)) with values, BETWEEN, IN, IS NULL, joined by AND, OR, NOT"
     )
+
+
+def _chain(node: exp.Expression, op: type) -> list[exp.Expression]:
+    """The operands of ``a op b op c ...`` (sqlglot nests them; read without recursion),
+    parentheses around a same-operator chain included."""
+    out: list[exp.Expression] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        while isinstance(n, exp.Paren) and isinstance(n.this, op):
+            n = n.this
+        if isinstance(n, op):
+            stack.append(n.expression)
+            stack.append(n.this)
+        else:
+            out.append(n)
+    return out
 
 
 def _leaf(names: _Names, term: exp.Expression, true: str, false: str) -> tuple[str, str]:
@@ -546,6 +564,8 @@ def parse_select(
         trees = sqlglot.parse(pre.text, read="bigquery")
     except SqlglotError as err:
         raise QueryError(f"SQL: {_first(str(err))}") from None
+    except RecursionError:  # a shape the token bounds let through
+        raise QueryError("SQL: nested too deeply") from None
     if len(trees) != 1 or trees[0] is None:
         raise QueryError("SQL: give one SELECT")
     tree = trees[0]

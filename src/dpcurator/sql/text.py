@@ -30,6 +30,11 @@ RENAMED = ("AVG", "SUM", "VAR_POP", "STDDEV_POP", "PERCENTILE_CONT")
 PREFIX = "DP_"
 #: The longest SQL text read (characters).
 MAX_SQL = 20_000
+#: Parentheses and NOTs may nest this deep (sqlglot's parser recurses about 20 frames a
+#: level: past 45 it meets Python's recursion limit).
+MAX_NESTING = 32
+#: The most AND, OR and NOT one SELECT may hold (each makes a node of its tree).
+MAX_OPERATORS = 256
 
 _DIALECT = BigQuery()
 
@@ -66,6 +71,7 @@ def pre_parse(text: object) -> PreParsed:
     if m is not None:  # sqlglot reads EXPLAIN as a command that swallows the rest
         explain, text = True, " " * m.end() + text[m.end() :]
     toks = tokens(text)
+    _bounded(toks)
     start = 0
     if start >= len(toks) or toks[start].token_type != TokenType.SELECT:
         got = toks[start].text if start < len(toks) else "nothing"
@@ -105,6 +111,29 @@ def pre_parse(text: object) -> PreParsed:
         at = e + 1
     out.append(text[at:])
     return PreParsed("".join(out), tuple(options), explain, has_clause)
+
+
+def _bounded(toks: list[Token]) -> None:
+    """Refuse, before any parser recurses into it, a text nested deeper than
+    :data:`MAX_NESTING` or holding more than :data:`MAX_OPERATORS` boolean operators."""
+    depth = nots = worst = operators = 0
+    for t in toks:
+        kind = t.token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        if kind in (TokenType.AND, TokenType.OR, TokenType.NOT):
+            operators += 1
+        nots = nots + 1 if kind == TokenType.NOT else 0
+        worst = max(worst, depth + nots)
+    if worst > MAX_NESTING:
+        raise QueryError(f"SQL: nested more than {MAX_NESTING} deep")
+    if operators > MAX_OPERATORS:
+        raise QueryError(
+            f"SQL: {operators} AND, OR and NOT in one SELECT, over {MAX_OPERATORS}; "
+            "use IN (...) or BETWEEN"
+        )
 
 
 def _options(toks: list[Token], j: int) -> tuple[int, list[tuple[str, str]]]:
