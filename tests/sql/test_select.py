@@ -319,7 +319,7 @@ def test_deep_or_long_conditions_are_refused_before_any_parser_recurses(where, m
 
 
 def test_conditions_at_the_limits_are_read():
-    chain = " OR ".join(f"age = {i}" for i in range(257))  # 256 ORs, read flat
+    chain = " OR ".join(f"age = {i % 100}" for i in range(257))  # 256 ORs, read flat
     nested = "(" * 31 + "age > 3" + ")" * 31
     for where in (chain, nested, "NOT (" * 15 + "age > 3" + ")" * 15):
         req = parse(f"{DP} COUNT(*) FROM adult WHERE {where}")
