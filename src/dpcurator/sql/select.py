@@ -336,7 +336,7 @@ def _chain(node: exp.Expression, op: type) -> list[exp.Expression]:
     while stack:
         n = stack.pop()
         while isinstance(n, exp.Paren) and isinstance(n.this, op):
-            n = n.this
+            n = n.this  # type: ignore[assignment]
         if isinstance(n, op):
             stack.append(n.expression)
             stack.append(n.this)
