@@ -488,6 +488,8 @@ class _Parser:
                 raise QueryError(
                     f"column {tok.col}: attribute {attr.name!r} is {t}, got string {tok.text}"
                 )
+            if tok.kind == "number" and t == "integer":  # the common case, kept an int
+                return Fraction(int(str(tok.value)))
             x = parse_number(tok.text)
             if x is None:
                 raise QueryError(f"column {tok.col}: {tok.text} is not a number")
@@ -542,6 +544,9 @@ class _Parser:
         the boundary before the value (``up=False``) or after it (``up=True``)."""
         value = self.literal(attr, tok)
         if isinstance(value, Fraction):
+            if value.denominator == 1 and attr.type == "integer":  # integers: no division
+                boundary = int(value) - attr.min + (1 if up else 0)
+                return min(max(boundary, 0), attr.value_count)
             return attr.boundary(value, after=up)
         return self.exact_value(attr, tok) + (1 if up else 0)
 
