@@ -41,7 +41,7 @@ from dpcurator.curator.answers import (
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
 from dpcurator.queries.values import decimal_text
-from dpcurator.sql.output import SqlResult
+from dpcurator.sql.result import SqlResult
 
 #: The exception each error reason of the service becomes.
 _ERRORS: dict[str, type[errors.DpCuratorError]] = {

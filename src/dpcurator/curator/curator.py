@@ -71,7 +71,7 @@ from dpcurator.queries.histogram import grid_text
 from dpcurator.queries.parts import GroupTerm, group_term, table_cell
 from dpcurator.queries.predicates import Predicate
 from dpcurator.queries.values import decimal_text
-from dpcurator.sql.output import SqlResult
+from dpcurator.sql.result import SqlResult
 
 if TYPE_CHECKING:
     from dpcurator.planner import Plan

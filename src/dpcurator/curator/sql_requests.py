@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,8 +62,10 @@ from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.joins import JoinedSchema, joined_schema
 from dpcurator.queries.parts import GroupTerm, group_term, table_cell
 from dpcurator.queries.predicates import complement
-from dpcurator.sql import SelectRequest, parse_select
-from dpcurator.sql.output import SqlResult, compile_having, shape
+from dpcurator.sql.result import SqlResult
+
+if TYPE_CHECKING:  # sqlglot is loaded when the first SELECT is read, not at import
+    from dpcurator.sql.select import SelectRequest
 
 #: How many SELECTs a curator keeps read (see ``_parsed``).
 PARSED = 256
@@ -181,6 +183,9 @@ class SqlRequests:
                 if got is not None:
                     self._sql_parsed.move_to_end(text)
                     return got
+        from dpcurator.sql.output import compile_having
+        from dpcurator.sql.select import parse_select
+
         unit = self.privacy_unit.column if self.privacy_unit is not None else None
         req = parse_select(text, self._sql_schemas(), unit=unit, having=compile_having)
         with self._join_lock:
@@ -472,6 +477,8 @@ class SqlRequests:
         ai = iter(range(len(group_outputs), len(columns), 3))
         for _, kind, _ in req.outputs:
             column_of.append(next(gi) if kind == "group" else next(ai))
+        from dpcurator.sql.output import shape
+
         return columns, shape(rows, req.having, req.order, req.limit, column_of)
 
     def _measure_in_one_scan(self, plan: _Plan, be: Any, exact: dict, sums: dict) -> bool:

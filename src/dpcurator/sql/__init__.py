@@ -10,6 +10,20 @@ built-in ``AVG`` takes one argument and refuses the rest). The curator
 (:mod:`dpcurator.curator.sql_requests`) plans, charges and answers the request.
 """
 
-from dpcurator.sql.select import Aggregate, Options, SelectRequest, parse_select
+from typing import Any
 
-__all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
+__all__ = ["Aggregate", "Options", "SelectRequest", "SqlResult", "parse_select"]
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first used: sqlglot is loaded only when SQL
+    is read, not by every ``import dpcurator``."""
+    if name == "SqlResult":
+        from dpcurator.sql.result import SqlResult
+
+        return SqlResult
+    if name in __all__:
+        from dpcurator.sql import select
+
+        return getattr(select, name)
+    raise AttributeError(name)

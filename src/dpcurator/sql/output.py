@@ -1,4 +1,4 @@
-"""Answers as tables: :class:`SqlResult`, and HAVING, ORDER BY and LIMIT over them.
+"""HAVING, ORDER BY and LIMIT over a SELECT's answer (:class:`~dpcurator.sql.result.SqlResult`).
 
 HAVING, ORDER BY and LIMIT read only the released answers (each group's noisy values),
 never the data: post-processing, free (Dwork & Roth 2014, Prop. 2.1). A HAVING
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -21,7 +20,7 @@ from dpcurator.errors import QueryError
 from dpcurator.queries.values import parse_number
 from dpcurator.sql.select import output_index
 
-__all__ = ["SqlResult", "compile_having", "shape"]
+__all__ = ["compile_having", "shape"]
 
 Row = list[Any]
 #: A compiled condition: row values in, True, False or None (unknown) out.
@@ -34,52 +33,6 @@ _OPS: dict[type, Callable[[Any, Any], bool]] = {
     exp.GT: lambda a, b: a > b,
     exp.GTE: lambda a, b: a >= b,
 }
-
-
-@dataclass(frozen=True)
-class SqlResult:
-    """A SELECT's answer: ``columns`` and ``rows`` (one per group, group columns first,
-    then each aggregate's value, low and high end), what it cost, what is left.
-
-    ``to_pandas()`` and ``to_arrow()`` give the same table as a DataFrame or an Arrow
-    table."""
-
-    query: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    cost: float
-    currency: str
-    remaining: float | None
-    charge_id: int | None = None
-    remaining_exact: bool = True
-    explain: bool = False
-    #: An EXPLAIN's: whether the SELECT would be admitted now.
-    admitted: bool | None = None
-
-    def to_pandas(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame([list(r) for r in self.rows], columns=list(self.columns))
-
-    def to_arrow(self) -> Any:
-        import pyarrow as pa
-
-        return pa.Table.from_pylist([dict(zip(self.columns, r, strict=True)) for r in self.rows])
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form the HTTP service answers with."""
-        return {
-            "query": self.query,
-            "columns": list(self.columns),
-            "rows": [list(r) for r in self.rows],
-            "cost": self.cost,
-            "currency": self.currency,
-            "remaining": self.remaining,
-            "remaining_exact": self.remaining_exact,
-            "charge_id": self.charge_id,
-            "explain": self.explain,
-            "admitted": self.admitted,
-        }
 
 
 def compile_having(
