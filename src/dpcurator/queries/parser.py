@@ -542,9 +542,12 @@ class _Parser:
     def bound(self, attr: Attribute, tok: _Tok, *, up: bool) -> int:
         """A range bound as a position boundary, clamped to the domain as SQL means it:
         the boundary before the value (``up=False``) or after it (``up=True``)."""
+        if tok.kind == "number" and attr.type == "integer":  # the common case: int arithmetic
+            boundary = int(str(tok.value)) - attr.min + (1 if up else 0)
+            return min(max(boundary, 0), attr.value_count)
         value = self.literal(attr, tok)
         if isinstance(value, Fraction):
-            if value.denominator == 1 and attr.type == "integer":  # integers: no division
+            if value.denominator == 1 and attr.type == "integer":
                 boundary = int(value) - attr.min + (1 if up else 0)
                 return min(max(boundary, 0), attr.value_count)
             return attr.boundary(value, after=up)
@@ -610,6 +613,8 @@ class Workload:
 
 def _outside_quotes(text: str, char: str) -> list[int]:
     """Positions of ``char`` outside single-quoted strings."""
+    if char not in text:
+        return []
     out, quoted = [], False
     for i, c in enumerate(text):
         if c == "'":
