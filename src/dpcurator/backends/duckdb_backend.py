@@ -35,6 +35,7 @@ from dpcurator.backends._validation import (
     first_line,
     summed_rows,
 )
+from dpcurator.backends.duckdb_grouped import grouped_sql
 from dpcurator.backends.duckdb_load import Loader, code_column
 from dpcurator.backends.unit_rows import UNIT_COLUMN
 from dpcurator.errors import (
@@ -520,7 +521,8 @@ class DuckDBBackend:
         attributes: Sequence[str] = (),
     ) -> _grouping.GroupedCounts:
         """Per group cell of ``by``, from ONE ``GROUP BY`` over the rows ``where``
-        covers (``count(*) FILTER`` and sums of codes, no per-row arithmetic): the rows,
+        covers (counts and sums of codes, no per-row arithmetic; see
+        :mod:`~dpcurator.backends.duckdb_grouped`): the rows,
         the rows each of ``conditions`` holds for, and for each ``(attribute, lower,
         upper, unit, squares)`` of ``moments`` the rows with a value, the sum of their
         values clipped to [lower, upper] and of its squares, in ``unit`` (as
@@ -542,20 +544,11 @@ class DuckDBBackend:
                 {n: (empty, empty, empty) for n in names},
             )
         keys = [self._columns[j] for j in g.indices]
-        aggs = ["count(*)"]
-        params: list[int] = []
-        for c in conditions:
-            got = self._cover(c)
-            aggs.append(f"count(*) FILTER (WHERE {got[0]})" if got else "0")
-            params.extend(got[1] if got else [])
-        for m in parts:
-            aggs += self._moments_sql(m)
-        sql = f"SELECT {', '.join([*keys, *aggs])} FROM {ident(self.table)} WHERE {cond[0]}"
-        if keys:
-            sql += f" GROUP BY {', '.join(keys)}"
+        covers = [self._cover(c) for c in conditions]
+        stmt = grouped_sql(self.schema, self._columns, self.table, keys, covers, parts, cells)
         per_code = []
         with self._reader() as con:
-            res = con.execute(sql, [*params, *cond[1]]).fetchall()
+            res = stmt.unfold(con.execute(stmt.sql(cond[0]), [*stmt.params, *cond[1]]).fetchall())
             for n in names:
                 cols, at = g.with_column(self.schema.index(n))
                 listed = ", ".join(self._columns[i] for i in cols)
@@ -569,37 +562,6 @@ class DuckDBBackend:
         cell = g.cell_of([np.array([r[i] for r in res], np.int64) for i in range(k)]) if k else np.zeros(len(res), np.int64)
         values = [r[k:] for r in res]
         return _grouping.grouped_result(g, cells, cell, values, conditions, parts, names, per_code)
-
-    def _moments_sql(self, m: _grouping.MomentsPart) -> list[str]:
-        """A clipped column's aggregates for :meth:`grouped_counts`: rows with a value,
-        those above the clip's codes, those in it, their codes' sum (and of squares). A
-        filter that holds everywhere is left out: DuckDB sums a code column at once."""
-        col = self._columns[m.plan.index]
-        size = self.schema.attributes[m.plan.index].size
-        present = f"{col} <> {m.missing}" if m.missing is not None else ""
-        lo, hi = max(m.low_code, 0), max(m.high_code, -1)
-        parts = [f"{col} >= {lo}"] if lo > 0 else []
-        if hi < size - 1:
-            parts.append(f"{col} <= {hi}")
-        if present:
-            parts.append(present)
-        mid = " AND ".join(parts)
-
-        def where(cond: str) -> str:
-            return f" FILTER (WHERE {cond})" if cond else ""
-
-        above = " AND ".join(x for x in (present, f"{col} > {hi}") if x)
-        code = col if size < 2**31 else f"CAST({col} AS HUGEINT)"
-        square = f"CAST({col} AS BIGINT) * {col}" if size < 2**31 else f"{code} * {code}"
-        out = [
-            f"count(*){where(present)}",
-            f"count(*){where(above)}" if hi < size - 1 else "0",
-            f"count(*){where(mid)}",
-            f"sum({code}){where(mid)}",
-        ]
-        if m.squares:
-            out.append(f"sum({square}){where(mid)}")
-        return out
 
     def binned_counts(
         self,
