@@ -9,6 +9,7 @@ See docs/design.md for the architecture and the mathematics. The pure packages a
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.composition import compose
 from dpcurator.queries import Schema, max_overlap, parse_query
+from dpcurator.queries.statistic_request import StatisticRequest
 
 __all__ = [
     "GDP",
@@ -17,6 +18,7 @@ __all__ = [
     "Curator",
     "PureDP",
     "Schema",
+    "StatisticRequest",
     "compose",
     "max_overlap",
     "parse_query",

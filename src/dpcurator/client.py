@@ -40,6 +40,7 @@ from dpcurator.curator.answers import (
 )
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
+from dpcurator.queries.statistic_request import STATISTICS, StatisticRequest, as_method
 from dpcurator.queries.values import decimal_text
 from dpcurator.sql.result import SqlResult
 
@@ -175,6 +176,24 @@ def _wire(value: Any) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     return value
+
+
+def _asking(kind: str) -> Any:
+    """The client's method ``kind``: the curator's, over HTTP (``POST /v1/<kind>``)."""
+
+    def ask(
+        self: Client,
+        *args: Any,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        **kwargs: Any,
+    ) -> StatisticAnswer:
+        request = StatisticRequest.build(kind, args, kwargs)
+        return self.statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table)
+
+    return as_method(ask, kind)
 
 
 class Client:
@@ -389,132 +408,32 @@ class Client:
         )
         return _answer(self._call("POST", "/v1/sum", json=body))
 
-    def _statistic_call(self, path: str, **fields: Any) -> StatisticAnswer:
-        return _statistic(self._call("POST", path, json=self._body(**fields)))
-
-    def mean(
+    def statistic(
         self,
-        attribute: str,
-        lower: float | int | str | Decimal,
-        upper: float | int | str | Decimal,
-        where: str | None = None,
+        request: StatisticRequest,
         *,
-        by: str | Sequence[str] | None = None,
         epsilon: float | None = None,
         rho: float | None = None,
         mu: float | None = None,
         table: str | None = None,
     ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/mean", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
+        """Answer a statistic request (see :meth:`dpcurator.Curator.statistic`):
+        ``POST /v1/<kind>`` with the request's arguments."""
+        if not isinstance(request, StatisticRequest) or request.kind not in STATISTICS:
+            raise errors.InvalidParameter(
+                "a statistic is a StatisticRequest of a mean, variance, stdev, share, "
+                f"quantile, quantiles or median, got {request!r}"
+            )
+        body = self._body(**request.args(), epsilon=epsilon, rho=rho, mu=mu, table=table)
+        return _statistic(self._call("POST", f"/v1/{request.kind}", json=body))
 
-    def share(
-        self,
-        condition: str,
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        """The fraction of the rows read where ``condition`` holds (``POST /v1/share``)."""
-        return self._statistic_call(
-            "/v1/share", condition=condition, where=where, by=by,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
-
-    def variance(
-        self,
-        attribute: str,
-        lower: float | int | str | Decimal,
-        upper: float | int | str | Decimal,
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/variance", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
-
-    def stdev(
-        self,
-        attribute: str,
-        lower: float | int | str | Decimal,
-        upper: float | int | str | Decimal,
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/stdev", attribute=attribute, lower=lower, upper=upper, where=where, by=by,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
-
-    def quantile(
-        self,
-        attribute: str,
-        q: float,
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[float | int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/quantile", attribute=attribute, q=q, where=where, by=by, candidates=candidates,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
-
-    def quantiles(
-        self,
-        attribute: str,
-        qs: Sequence[float],
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[float | int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/quantiles", attribute=attribute, qs=qs, where=where, by=by, candidates=candidates,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
-
-    def median(
-        self,
-        attribute: str,
-        where: str | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[float | int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-    ) -> StatisticAnswer:
-        return self._statistic_call(
-            "/v1/median", attribute=attribute, where=where, by=by, candidates=candidates,
-            epsilon=epsilon, rho=rho, mu=mu, table=table,
-        )  # fmt: skip
+    mean = _asking("mean")
+    variance = _asking("variance")
+    stdev = _asking("stdev")
+    share = _asking("share")
+    quantile = _asking("quantile")
+    quantiles = _asking("quantiles")
+    median = _asking("median")
 
     def release(
         self, queries: Sequence[str], costs: Sequence[float], *, table: str | None = None

@@ -49,7 +49,7 @@ from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
 from dpcurator.curator.budget import Cost
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
-from dpcurator.mechanisms.moments import MomentsMechanism, centred_sums
+from dpcurator.mechanisms.moments import MOMENT_STATISTICS, MomentsMechanism, centred_sums
 from dpcurator.mechanisms.quantile import (
     quantile_fraction,
     quantile_mechanism,
@@ -263,26 +263,23 @@ class SqlRequests:
 
         k = agg.kind
         if k == "count":
-            return [("count", ())]
-        if k == "count_col":
-            return [("count", present(agg.column))]
-        if k == "count_distinct":
+            return [("count", present(agg.column) if agg.column else ())]
+        if k == "units":
             return [("distinct",)]
         if k == "share":
             return [("count", ()), ("share", agg.condition)]
         if k == "sum":
             same = (agg.column, agg.lower, agg.upper)
             if any(
-                a.kind in ("avg", "var_pop", "stddev_pop") and (a.column, a.lower, a.upper) == same
-                for a in every
+                a.kind in MOMENT_STATISTICS and (a.column, a.lower, a.upper) == same for a in every
             ):
                 return [("count", present(agg.column)), ("centred", *same)]
             return [("sum", *same)]
-        if k == "percentile":
+        if k == "quantile":
             return [("quantile", agg.column, agg.q, agg.lower, agg.upper)]
         bounds = (agg.column, agg.lower, agg.upper)
         need = [("count", present(agg.column)), ("centred", *bounds)]
-        if k in ("var_pop", "stddev_pop"):
+        if k in ("variance", "stdev"):
             need.append(("squares", *bounds))
         return need
 
@@ -581,7 +578,7 @@ class SqlRequests:
         need = plan.needs[a]
         alpha = plan.alpha
         k = agg.kind
-        if k in ("count", "count_col", "count_distinct"):
+        if k in ("count", "units"):
             m = plan.measures[need[0]]
             v = noisy[need[0]][g]
             half = m.noise.interval(alpha)
@@ -592,7 +589,9 @@ class SqlRequests:
             c = total.low + total.high
             value = Fraction(s + c * n, 2) * total.unit
             # each noise within its half-width at alpha/2: both, with probability 1 - alpha
-            half = Fraction(total.noise.interval(alpha / 2) + abs(c) * count.noise.interval(alpha / 2), 2)
+            half = Fraction(
+                total.noise.interval(alpha / 2) + abs(c) * count.noise.interval(alpha / 2), 2
+            )
             low, high = value - half * total.unit, value + half * total.unit
             return [_number(value), _down(low), _up(high)]
         if k == "sum":
@@ -600,7 +599,7 @@ class SqlRequests:
             v = noisy[need[0]][g]
             half = m.noise.interval(alpha)
             return [_scaled(v, m.unit), _scaled(v - half, m.unit), _scaled(v + half, m.unit)]
-        if k == "percentile":
+        if k == "quantile":
             return [selected[need[0]][g], None, None]
         count = plan.measures[need[0]]
         if k == "share":
@@ -609,9 +608,8 @@ class SqlRequests:
         else:
             total = plan.measures[need[1]]
             squares = plan.measures[need[2]] if len(need) > 2 else None
-            stat = {"avg": "mean", "var_pop": "variance", "stddev_pop": "stdev"}[k]
             mech = MomentsMechanism(
-                stat, total.low, total.high, count.noise, total.noise,
+                k, total.low, total.high, count.noise, total.noise,
                 None if squares is None else squares.noise, unit=total.unit,
             )  # fmt: skip
             n, s = noisy[need[0]][g], noisy[need[1]][g]
@@ -629,7 +627,7 @@ class SqlRequests:
         rows = []
         for agg, need in zip(plan.request.aggregates, plan.needs, strict=True):
             first = plan.measures[need[0]]
-            if agg.kind == "percentile":
+            if agg.kind == "quantile":
                 sel = first.noise
                 q = quantile_fraction(agg.q)
                 n = len(plan.candidates[need[0]])
@@ -652,10 +650,10 @@ class SqlRequests:
                 )
                 error = "(S + (lower + upper) N) / 2 of the mean's noisy sum S and count N"
                 noise = f"{first.noise}; {total.noise}"
-            elif agg.kind in ("avg", "var_pop", "stddev_pop", "share"):
+            elif agg.kind in (*MOMENT_STATISTICS, "share"):
                 total = plan.measures[need[1]]
                 mech = MomentsMechanism(
-                    "mean" if agg.kind in ("avg", "share") else "variance",
+                    "mean" if agg.kind in ("mean", "share") else "variance",
                     total.low if agg.kind != "share" else 0,
                     total.high if agg.kind != "share" else 1,
                     first.noise, total.noise,
@@ -665,7 +663,7 @@ class SqlRequests:
                 scale = mech.error_scale()
                 exp_err = scale
                 half = None  # in a group of n rows: about 2 * error_scale / n
-                what = "variance" if agg.kind in ("var_pop", "stddev_pop") else "value"
+                what = "variance" if agg.kind in ("variance", "stdev") else "value"
                 error = (
                     f"the {what}'s standard error is at most {scale:.4g} / n in a group of n rows"
                 )

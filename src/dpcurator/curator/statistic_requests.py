@@ -9,8 +9,7 @@ and their theorems are in :mod:`dpcurator.mechanisms.moments`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from fractions import Fraction
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dpcurator.curator import requests
@@ -22,219 +21,64 @@ from dpcurator.errors import TooLarge
 from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
 from dpcurator.queries import Query
 from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.statistic_request import StatisticRequest, as_method
+
+
+def _asking(kind: str) -> Callable[..., StatisticAnswer]:
+    """The curator's method ``kind``: its parameters are
+    :class:`~dpcurator.queries.statistic_request.StatisticRequest`'s constructor's, then
+    the cost and the table; it builds that request and answers it."""
+
+    def ask(
+        self: StatisticRequests,
+        *args: Any,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        _analyst: str | None = None,
+        **kwargs: Any,
+    ) -> StatisticAnswer:
+        request = StatisticRequest.build(kind, args, kwargs)
+        return self.statistic(
+            request, epsilon=epsilon, rho=rho, mu=mu, table=table, _analyst=_analyst
+        )
+
+    return as_method(ask, kind)
 
 
 class StatisticRequests(StatisticCore):
-    """The curator's statistics (mixed into :class:`~dpcurator.curator.Curator`)."""
+    """The curator's statistics (mixed into :class:`~dpcurator.curator.Curator`): one
+    typed request (:class:`~dpcurator.queries.statistic_request.StatisticRequest`)
+    answered by :meth:`statistic`, and a method per statistic made from its constructor
+    (``c.mean("age", 0, 100, by="sex", epsilon=1)`` is
+    ``c.statistic(StatisticRequest.mean("age", 0, 100, by="sex"), epsilon=1)``)."""
 
     @timed
-    def mean(
+    def statistic(
         self,
-        attribute: str,
-        lower: int,
-        upper: int,
-        where: str | Query | None = None,
+        request: StatisticRequest,
         *,
-        by: str | Sequence[str] | None = None,
         epsilon: float | None = None,
         rho: float | None = None,
         mu: float | None = None,
         table: str | None = None,
         _analyst: str | None = None,
     ) -> StatisticAnswer:
-        """The mean of ``attribute`` clipped to the public integer bounds [lower, upper],
-        over the rows ``where`` covers, per group of ``by`` (one attribute name or a
-        list): a noisy centred sum over a noisy count, half the cost each
-        (docs/aggregations.md). Each result has a rigorous 95% interval."""
-        p = self._prepare_moments(
-            "mean",
-            attribute,
-            lower,
-            upper,
-            where,
-            by=by,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
+        """Answer ``request`` (a mean, variance, stdev, share, quantile, quantiles or
+        median): validated against ``table``'s schema and priced completely, charged once
+        on the rows it reads, then measured, with a rigorous 95% interval (means,
+        variances, deviations, shares) or rank-error bound (quantiles)."""
+        p = self._prepare_statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return self._release_statistic(p, _analyst)
 
-    @timed
-    def variance(
-        self,
-        attribute: str,
-        lower: int,
-        upper: int,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """The (population) variance of ``attribute`` clipped to [lower, upper], from a
-        noisy count, centred sum and centred sum of squares, a third of the cost each."""
-        p = self._prepare_moments(
-            "variance",
-            attribute,
-            lower,
-            upper,
-            where,
-            by=by,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
-        return self._release_statistic(p, _analyst)
-
-    @timed
-    def stdev(
-        self,
-        attribute: str,
-        lower: int,
-        upper: int,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """The standard deviation of ``attribute`` clipped to [lower, upper]: the square
-        root of :meth:`variance`'s estimate, with the interval's ends' square roots."""
-        p = self._prepare_moments(
-            "stdev",
-            attribute,
-            lower,
-            upper,
-            where,
-            by=by,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
-        return self._release_statistic(p, _analyst)
-
-    @timed
-    def share(
-        self,
-        condition: str | Query,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """The fraction of the rows ``where`` covers (per group of ``by``) that satisfy
-        ``condition``, counted as a count query counts it: the mean of its 0/1 indicator,
-        a noisy sum over a noisy count, half the cost each, with a rigorous 95% interval
-        within [0, 1] (docs/aggregations.md). Charged once on the rows read."""
-        p = self._prepare_share(
-            condition, where, by=by, epsilon=epsilon, rho=rho, mu=mu, table=table
-        )
-        return self._release_statistic(p, _analyst)
-
-    @timed
-    def quantile(
-        self,
-        attribute: str,
-        q: float,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """The q-th quantile (q in [0, 1], at most six decimals) of an ordered attribute,
-        a value of its domain (or of ``candidates``), chosen exactly by permute-and-flip
-        (epsilon, mu budgets) or the exponential mechanism (rho) on the rank score."""
-        p = self._prepare_quantiles(
-            "quantile",
-            attribute,
-            [q],
-            where,
-            by=by,
-            candidates=candidates,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
-        return self._release_statistic(p, _analyst)
-
-    @timed
-    def quantiles(
-        self,
-        attribute: str,
-        qs: Sequence[float],
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """Several quantiles at once, the cost split equally between them (composed in
-        the budget's currency); results per group, in the order of ``qs``."""
-        p = self._prepare_quantiles(
-            "quantiles",
-            attribute,
-            qs,
-            where,
-            by=by,
-            candidates=candidates,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
-        return self._release_statistic(p, _analyst)
-
-    @timed
-    def median(
-        self,
-        attribute: str,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-    ) -> StatisticAnswer:
-        """The median: :meth:`quantile` with q = 0.5."""
-        p = self._prepare_quantiles(
-            "median",
-            attribute,
-            [Fraction(1, 2)],
-            where,
-            by=by,
-            candidates=candidates,
-            epsilon=epsilon,
-            rho=rho,
-            mu=mu,
-            table=table,
-        )
-        return self._release_statistic(p, _analyst)
+    mean = _asking("mean")
+    variance = _asking("variance")
+    stdev = _asking("stdev")
+    share = _asking("share")
+    quantile = _asking("quantile")
+    quantiles = _asking("quantiles")
+    median = _asking("median")
 
     def _release_mixed(
         self, plan: Any, specs: Sequence[Any], table: str, analyst: str | None
@@ -268,7 +112,7 @@ class StatisticRequests(StatisticCore):
                 counted.append((i, cq, noise, half))
                 batch.append(Request(cq, cost.amount, "workload", cq.text or "total", str(noise)))  # type: ignore[arg-type]
             else:
-                p = self._prepare_statistic(spec.kind, {**spec.args(), cur: value, "table": table})
+                p = self._prepare_statistic(spec, **{cur: value}, table=table)
                 stats.append((i, p))
                 batch.append(Request(p.covered, p.cost.amount, p.kind, p.request, p.noise))  # type: ignore[arg-type]
         values: dict[int, object] = {}
@@ -334,6 +178,16 @@ class StatisticRequests(StatisticCore):
         return out
 
 
+def _session_asking(kind: str) -> Callable[..., StatisticAnswer]:
+    """An analyst session's method ``kind``: the curator's, charged to her quota."""
+
+    def ask(self: SessionStatistics, *args: Any, **kwargs: Any) -> StatisticAnswer:
+        method: Callable[..., StatisticAnswer] = getattr(self._c, kind)
+        return method(*args, _analyst=self.name, **kwargs)
+
+    return as_method(ask, kind)
+
+
 class SessionStatistics:
     """The statistics of an analyst session (mixed into
     :class:`~dpcurator.curator.AnalystSession`): the curator's, charged to her quota."""
@@ -341,37 +195,13 @@ class SessionStatistics:
     _c: Any
     name: str
 
-    def mean(
-        self, attribute: str, lower: int, upper: int, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.mean(attribute, lower, upper, where, _analyst=self.name, **kw)
+    def statistic(self, request: StatisticRequest, **kw: Any) -> StatisticAnswer:
+        return self._c.statistic(request, _analyst=self.name, **kw)  # type: ignore[no-any-return]
 
-    def variance(
-        self, attribute: str, lower: int, upper: int, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.variance(attribute, lower, upper, where, _analyst=self.name, **kw)
-
-    def stdev(
-        self, attribute: str, lower: int, upper: int, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.stdev(attribute, lower, upper, where, _analyst=self.name, **kw)
-
-    def share(
-        self, condition: str | Query, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.share(condition, where, _analyst=self.name, **kw)
-
-    def quantile(
-        self, attribute: str, q: float, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.quantile(attribute, q, where, _analyst=self.name, **kw)
-
-    def quantiles(
-        self, attribute: str, qs: Sequence[float], where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.quantiles(attribute, qs, where, _analyst=self.name, **kw)
-
-    def median(
-        self, attribute: str, where: str | Query | None = None, **kw: Any
-    ) -> StatisticAnswer:
-        return self._c.median(attribute, where, _analyst=self.name, **kw)
+    mean = _session_asking("mean")
+    variance = _session_asking("variance")
+    stdev = _session_asking("stdev")
+    share = _session_asking("share")
+    quantile = _session_asking("quantile")
+    quantiles = _session_asking("quantiles")
+    median = _session_asking("median")

@@ -20,7 +20,6 @@ The mechanisms and their theorems: :mod:`dpcurator.mechanisms.moments`,
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -56,10 +55,9 @@ from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.parts import GroupTerm, group_term
 from dpcurator.queries.predicates import complement
+from dpcurator.queries.statistic_request import STATISTICS, StatisticRequest
 from dpcurator.queries.values import decimal_text
 
-#: The statistics a curator answers besides counts and sums.
-STATISTICS = ("mean", "variance", "stdev", "share", "quantile", "quantiles", "median")
 #: The widest clipped range of a variance: its squares' sensitivity (U - L)^2 stays an
 #: integer well inside 2^62.
 MAX_VARIANCE_SPAN = 2**31
@@ -192,19 +190,16 @@ class StatisticCore:
         return tail + ("" if where is None else f", where={w.text or 'TRUE'}")
 
     def _prepare_moments(
-        self,
-        kind: str,
-        attribute: str,
-        lower: int,
-        upper: int,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: object = None,
-        rho: object = None,
-        mu: object = None,
-        table: str | None = None,
+        self, r: StatisticRequest, epsilon: object, rho: object, mu: object, table: str | None
     ) -> PreparedStatistic:
+        kind, attribute, lower, upper, where, by = (
+            r.kind,
+            r.attribute,
+            r.lower,
+            r.upper,
+            r.where,
+            r.by,
+        )
         t = self._table(table)  # type: ignore[attr-defined]
         schema = self._schema(t)  # type: ignore[attr-defined]
         name = requests.attribute_name(attribute, schema)
@@ -252,20 +247,13 @@ class StatisticCore:
         )  # fmt: skip
 
     def _prepare_share(
-        self,
-        condition: str | Query,
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        epsilon: object = None,
-        rho: object = None,
-        mu: object = None,
-        table: str | None = None,
+        self, r: StatisticRequest, epsilon: object, rho: object, mu: object, table: str | None
     ) -> PreparedStatistic:
         """A share: the mean of the condition's 0/1 indicator over the rows read, by the
         mean's mechanism with bounds [0, 1] (so its noises, split and interval are the
         mean's), charged on the rows read (all of ``where``: a row the condition does not
         hold for, a missing value included, is read as 0)."""
+        condition, where, by = r.condition, r.where, r.by
         t = self._table(table)  # type: ignore[attr-defined]
         schema = self._schema(t)  # type: ignore[attr-defined]
         if condition is None:
@@ -290,19 +278,11 @@ class StatisticCore:
         )  # fmt: skip
 
     def _prepare_quantiles(
-        self,
-        kind: str,
-        attribute: str,
-        qs: Sequence[object],
-        where: str | Query | None = None,
-        *,
-        by: str | Sequence[str] | None = None,
-        candidates: Sequence[int | str] | None = None,
-        epsilon: object = None,
-        rho: object = None,
-        mu: object = None,
-        table: str | None = None,
+        self, r: StatisticRequest, epsilon: object, rho: object, mu: object, table: str | None
     ) -> PreparedStatistic:
+        kind, attribute, qs, where, by, candidates = (
+            r.kind, r.attribute, r.qs, r.where, r.by, r.candidates
+        )  # fmt: skip
         t = self._table(table)  # type: ignore[attr-defined]
         schema = self._schema(t)  # type: ignore[attr-defined]
         name = requests.attribute_name(attribute, schema)
@@ -380,27 +360,29 @@ class StatisticCore:
             raise QueryError(f"candidate {value!r} is not a value of {attr.name!r}")
         return int(attr.position(value))
 
-    def _prepare_statistic(self, kind: object, args: Mapping[str, Any]) -> PreparedStatistic:
-        """A statistic given as its kind and keyword arguments (as ``estimate`` and the
-        HTTP service receive it), bound against the request's own signature."""
-        if not isinstance(kind, str) or kind not in STATISTICS:
-            raise InvalidParameter(f"kind must be one of {', '.join(STATISTICS)}, got {kind!r}")
-        if any(not isinstance(k, str) or k.startswith("_") for k in args):
-            raise InvalidParameter(f"{kind}: unknown argument")
-        try:
-            inspect.signature(getattr(self, kind)).bind(**args)
-        except TypeError as err:  # an unknown or missing keyword
-            raise InvalidParameter(f"{kind}: {err}") from None
-        a = dict(args)
-        if kind in MOMENT_STATISTICS:
-            return self._prepare_moments(kind, **a)
-        if kind == "share":
-            return self._prepare_share(**a)
-        if kind == "quantile":
-            a["qs"] = [a.pop("q")]
-        elif kind == "median":
-            a["qs"] = [Fraction(1, 2)]
-        return self._prepare_quantiles(kind, **a)
+    def _prepare_statistic(
+        self,
+        r: StatisticRequest,
+        *,
+        epsilon: object = None,
+        rho: object = None,
+        mu: object = None,
+        table: str | None = None,
+    ) -> PreparedStatistic:
+        """A statistic request validated against the table's schema and priced, every
+        noise and limit computed; nothing charged."""
+        if not isinstance(r, StatisticRequest):
+            raise InvalidParameter(
+                "a statistic is a StatisticRequest, e.g. StatisticRequest.mean('age', 0, 100), "
+                f"got {type(r).__name__}"
+            )
+        if r.kind not in STATISTICS:
+            raise InvalidParameter(f"kind must be one of {', '.join(STATISTICS)}, got {r.kind!r}")
+        if r.kind in MOMENT_STATISTICS:
+            return self._prepare_moments(r, epsilon, rho, mu, table)
+        if r.kind == "share":
+            return self._prepare_share(r, epsilon, rho, mu, table)
+        return self._prepare_quantiles(r, epsilon, rho, mu, table)
 
     # --- measuring, once charged ---------------------------------------------------------
 
@@ -495,7 +477,9 @@ class StatisticCore:
         rows; charges nothing and reads no data."""
         from dpcurator.curator.curator import Estimate
 
-        p = self._prepare_statistic(kind, args)
+        paid = {k: args[k] for k in ("epsilon", "rho", "mu", "table") if k in args}
+        asked = {k: v for k, v in args.items() if k not in paid}
+        p = self._prepare_statistic(StatisticRequest.of(kind, asked), **paid)
         self._quota(analyst)  # type: ignore[attr-defined]
         d = self._decide(p.table, p.covered, p.cost.amount, analyst)  # type: ignore[attr-defined]
         common = {

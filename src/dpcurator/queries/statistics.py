@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass
 from fractions import Fraction
 
 from dpcurator.errors import InvalidParameter, QueryError
@@ -36,6 +35,7 @@ from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.parts import group_term
 from dpcurator.queries.predicates import Query, complement
 from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.statistic_request import StatisticRequest
 from dpcurator.queries.values import parse_number
 
 __all__ = [
@@ -78,64 +78,8 @@ def quantile_fraction(q: object, name: str = "q") -> Fraction:
     return f
 
 
-@dataclass(frozen=True)
-class StatisticSpec:
-    """One statistic line, checked against the schema."""
-
-    kind: str
-    attribute: str
-    lower: int | Fraction | None = None  # exact: an int, or the decimal written
-    upper: int | Fraction | None = None
-    qs: tuple[Fraction, ...] = ()
-    by: tuple[str, ...] = ()  # group terms: attribute names or parts (month(t))
-    candidates: tuple[int | float | str, ...] | None = None
-    where: str | None = None
-    condition: str | None = None  # a share's
-
-    def args(self) -> dict[str, object]:
-        """The keyword arguments of the curator's method of that name (no cost)."""
-        if self.kind == "units":  # Curator.units(condition)
-            return {"condition": self.where}
-        d: dict[str, object] = (
-            {"condition": self.condition} if self.kind == "share" else {"attribute": self.attribute}
-        )
-        if self.kind in ("mean", "variance", "stdev"):
-            d["lower"], d["upper"] = self.lower, self.upper
-        elif self.kind == "quantile":
-            d["q"] = self.qs[0]
-        elif self.kind == "quantiles":
-            d["qs"] = list(self.qs)
-        if self.where is not None:
-            d["where"] = self.where
-        if self.by:
-            d["by"] = list(self.by)
-        if self.candidates is not None:
-            d["candidates"] = list(self.candidates)
-        return d
-
-    def cells(self, schema: Schema) -> int:
-        """The cells this line asks for, from the public schema alone: one per group of
-        ``by``, times candidates x quantiles for a quantile (the scores its selections
-        compute). What a request's total is counted in, before anything is built."""
-        if self.kind == "units":  # one number
-            return 1
-        by = [self.by] if isinstance(self.by, str) else self.by
-        if not isinstance(by, tuple | list):
-            raise QueryError(f"by must be a list of attribute names, got {by!r}")
-        for n in (self.attribute,) if self.kind != "share" else ():
-            if not isinstance(n, str) or n not in schema:
-                raise QueryError(f"unknown attribute {n!r}")
-        groups = math.prod(group_term(schema, n).groups for n in set(by))
-        if self.kind in ("mean", "variance", "stdev", "share"):
-            return groups
-        attr = schema.attribute(self.attribute)
-        if self.candidates is None:
-            choices = attr.size - (attr.missing is not None)
-        elif isinstance(self.candidates, tuple | list):
-            choices = len(self.candidates)
-        else:
-            raise QueryError(f"candidates must be a list, got {self.candidates!r}")
-        return groups * choices * max(1, len(self.qs))
+#: The workload's name for a statistic line's request (the same type).
+StatisticSpec = StatisticRequest
 
 
 def statistic_coverage(

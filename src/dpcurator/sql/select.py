@@ -38,6 +38,7 @@ from dpcurator.queries.joins import JoinedSchema, joined_schema
 from dpcurator.queries.parts import PARTS
 from dpcurator.queries.predicates import render_name
 from dpcurator.queries.schema import Schema
+from dpcurator.queries.statistic_request import StatisticRequest
 from dpcurator.queries.values import decimal_text, parse_number
 from dpcurator.sql.text import PREFIX, pre_parse
 
@@ -45,6 +46,8 @@ __all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
 
 #: The most rows a LIMIT may ask for.
 MAX_LIMIT = 10**9
+#: The statistic request each SQL aggregate is (besides COUNT).
+_STATISTIC = {"sum": "sum", "avg": "mean", "var_pop": "variance", "stddev_pop": "stdev"}
 _KINDS = {
     "DP_SUM": "sum",
     "DP_AVG": "avg",
@@ -78,16 +81,42 @@ class Options:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One aggregate of the SELECT list, checked against the schema."""
+    """One aggregate of the SELECT list: its output column, its SQL, and the statistic it
+    asks for as the same :class:`~dpcurator.queries.statistic_request.StatisticRequest` a
+    statistics method or a workload line builds (its ``where`` and ``by`` the SELECT's):
+    ``COUNT(*)`` and ``COUNT(col)`` a ``count`` (of rows, of rows with a value of
+    ``col``), ``COUNT(DISTINCT <unit>)`` ``units``, ``SUM`` a ``sum``, ``AVG`` a
+    ``mean`` (of a ``CASE WHEN`` indicator: a ``share``), ``VAR_POP`` a ``variance``,
+    ``STDDEV_POP`` a ``stdev`` and ``PERCENTILE_CONT`` a ``quantile`` (its bounds the
+    candidates' range)."""
 
-    kind: str  # count, count_col, count_distinct, sum, avg, var_pop, stddev_pop, percentile, share
     name: str  # its output column
     text: str  # as SQL, canonical
-    column: str | None = None
-    lower: Fraction | None = None
-    upper: Fraction | None = None
-    q: Fraction | None = None
-    condition: str | None = None  # a share's, in the query language
+    request: StatisticRequest
+
+    @property
+    def kind(self) -> str:
+        return self.request.kind
+
+    @property
+    def column(self) -> str | None:
+        return self.request.attribute or None
+
+    @property
+    def lower(self) -> Fraction | None:
+        return self.request.lower  # type: ignore[no-any-return]
+
+    @property
+    def upper(self) -> Fraction | None:
+        return self.request.upper  # type: ignore[no-any-return]
+
+    @property
+    def q(self) -> Fraction:
+        return self.request.qs[0]  # type: ignore[no-any-return]
+
+    @property
+    def condition(self) -> str:
+        return self.request.condition  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -401,13 +430,24 @@ def _share_condition(node: exp.Expression, names: _Names) -> str | None:
 
 
 def _aggregate(
-    node: exp.Expression, name: str, text: str, names: _Names, unit: str | None
+    node: exp.Expression,
+    name: str,
+    text: str,
+    names: _Names,
+    unit: str | None,
+    where: str | None,
+    groups: Sequence[str],
 ) -> Aggregate | None:
-    """The aggregate ``node`` (written ``text``) is, or None if it is no aggregate."""
+    """The aggregate ``node`` (written ``text``) is, or None if it is no aggregate; over
+    the rows ``where`` reads, per group of ``groups``."""
+
+    def ask(kind: str, **fields: Any) -> StatisticRequest:
+        return StatisticRequest(kind, **fields, where=where, by=tuple(groups))
+
     if isinstance(node, exp.Count):
         inner = node.this
         if isinstance(inner, exp.Star):
-            return Aggregate("count", name, "COUNT(*)")
+            return Aggregate(name, "COUNT(*)", ask("count"))
         if isinstance(inner, exp.Distinct):
             cols = inner.expressions
             if len(cols) != 1 or not isinstance(cols[0], exp.Column):
@@ -423,10 +463,10 @@ def _aggregate(
                     f"SQL: COUNT(DISTINCT {col}): only the privacy unit's column ({unit}) is "
                     "counted distinctly"
                 )
-            return Aggregate("count_distinct", name, f"COUNT(DISTINCT {unit})")
+            return Aggregate(name, f"COUNT(DISTINCT {unit})", ask("units"))
         if isinstance(inner, exp.Column):
             col = names.column(inner)
-            return Aggregate("count_col", name, f"COUNT({render_name(col)})", column=col)
+            return Aggregate(name, f"COUNT({render_name(col)})", ask("count", attribute=col))
         raise QueryError(f"SQL: {text}: COUNT takes *, a column or DISTINCT <unit>")
     if not (isinstance(node, exp.Anonymous) and str(node.this).upper() in _KINDS):
         return None
@@ -441,7 +481,7 @@ def _aggregate(
         if cond is not None:
             if len(args) != 1:
                 raise QueryError("SQL: AVG(CASE WHEN ... THEN 1 ELSE 0 END) takes no bounds")
-            return Aggregate("share", name, text, condition=cond)
+            return Aggregate(name, text, ask("share", condition=cond))
     first = positional[0]
     if not isinstance(first, exp.Column):
         dashed = _dashed(first)
@@ -465,7 +505,7 @@ def _aggregate(
                 f"SQL: PERCENTILE_CONT needs an ordered column; {col!r} is {attr.type}"
             )
         lo, hi = bounds if bounds is not None else (None, None)
-        return Aggregate("percentile", name, text, column=col, q=q, lower=lo, upper=hi)
+        return Aggregate(name, text, ask("quantile", attribute=col, qs=(q,), lower=lo, upper=hi))
     if len(positional) != 1:
         raise QueryError(f"SQL: {text}: {what} takes one column and its bounds")
     if not attr.numeric:
@@ -476,7 +516,9 @@ def _aggregate(
             f"SQL: {what}({col}) needs bounds: write {what}({render_name(col)}, {key} => "
             "(lower, upper))"
         )
-    return Aggregate(kind, name, text, column=col, lower=bounds[0], upper=bounds[1])
+    return Aggregate(
+        name, text, ask(_STATISTIC[kind], attribute=col, lower=bounds[0], upper=bounds[1])
+    )
 
 
 def _has_aggregate(node: exp.Expression) -> bool:
@@ -610,7 +652,9 @@ def parse_select(
         written = node.sql(dialect="bigquery").replace(PREFIX, "")
         texts.append(written.lower())
         shown = written if len(written) <= 60 else written[:57] + "..."
-        agg = _aggregate(node, alias or _default_name(node, written), written, names, unit)
+        agg = _aggregate(
+            node, alias or _default_name(node, written), written, names, unit, where, groups
+        )
         if agg is not None:
             name = agg.name
             if name in used:

@@ -1,0 +1,158 @@
+"""One request model: the statistics methods (curator, session, client), the workload
+language, ``estimate`` and SQL all build the same StatisticRequest, whose constructors
+declare each statistic's parameters once."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dpcurator import Curator
+from dpcurator.client import Client
+from dpcurator.curator.curator import AnalystSession
+from dpcurator.errors import InvalidParameter
+from dpcurator.mechanisms import SeededRandomSource
+from dpcurator.privacy import PureDP
+from dpcurator.queries import Schema, parse_workload_text
+from dpcurator.queries.statistic_request import PAID, STATISTICS, StatisticRequest
+from dpcurator.sql.select import parse_select
+
+ATTRS = [
+    {"name": "age", "type": "integer", "min": 17, "max": 90},
+    {"name": "sex", "type": "categorical", "values": ["F", "M"]},
+    {"name": "hours", "type": "integer", "min": 0, "max": 99, "missing": 0},
+]
+SCHEMA = Schema.from_dict({"attributes": ATTRS})
+
+
+@pytest.fixture
+def table(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 2000
+    pd.DataFrame(
+        {
+            "age": rng.integers(17, 91, n),
+            "sex": rng.choice(["F", "M"], n),
+            "hours": rng.integers(0, 100, n),
+        }
+    ).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"attributes": ATTRS}))
+    return tmp_path / "t.csv", tmp_path / "s.json"
+
+
+@pytest.mark.parametrize("kind", STATISTICS)
+@pytest.mark.parametrize("owner", [Curator, AnalystSession, Client])
+def test_every_method_is_signed_by_its_constructor(owner, kind):
+    """The curator's, a session's and the client's method take exactly the constructor's
+    parameters, then the cost and the table: declared once, nowhere repeated."""
+    own = list(inspect.signature(getattr(StatisticRequest, kind)).parameters.values())
+    method = getattr(owner, kind)
+    got = list(inspect.signature(method).parameters.values())
+    assert got == [got[0], *own, *PAID] and got[0].name == "self"
+    assert method.__doc__.startswith(getattr(StatisticRequest, kind).__doc__)
+
+
+def _requests():
+    names = st.sampled_from(["age", "hours"])
+    bounds = st.integers(-5, 200)
+    by = st.sampled_from([None, "sex", ["sex"]])
+    where = st.sampled_from([None, "age < 30", "sex = 'F'"])
+    qs = st.lists(st.fractions(0, 1, max_denominator=100), min_size=1, max_size=3)
+    cands = st.none() | st.lists(st.integers(17, 90), min_size=1, max_size=4)
+    return st.one_of(
+        st.builds(StatisticRequest.mean, names, bounds, bounds, where, by=by),
+        st.builds(StatisticRequest.variance, names, bounds, bounds, where, by=by),
+        st.builds(StatisticRequest.stdev, names, bounds, bounds, where, by=by),
+        st.builds(StatisticRequest.share, where.filter(bool), where, by=by),
+        st.builds(StatisticRequest.quantile, names, qs.map(lambda x: x[0]), where, by=by),
+        st.builds(StatisticRequest.quantiles, names, qs, where, by=by, candidates=cands),
+        st.builds(StatisticRequest.median, names, where, by=by, candidates=cands),
+    )
+
+
+@given(_requests())
+def test_arguments_round_trip(r):
+    """What a client sends (``args()``) binds back to the same request (``of``)."""
+    assert StatisticRequest.of(r.kind, r.args()) == r
+
+
+@pytest.mark.parametrize(
+    "kind, args, message",
+    [
+        ("mean", {"attribute": "age", "lower": 0}, "missing a required argument: 'upper'"),
+        ("mean", {"attribute": "age", "lower": 0, "upper": 1, "q": 0.5}, "unexpected keyword"),
+        ("median", {"attribute": "age", "_analyst": "x"}, "unknown argument"),
+        ("count", {}, "kind must be one of mean"),
+        (3, {}, "kind must be one of mean"),
+    ],
+)
+def test_bad_arguments_are_one_line(kind, args, message):
+    with pytest.raises(InvalidParameter, match=message) as err:
+        StatisticRequest.of(kind, args)
+    assert "\n" not in str(err.value)
+
+
+def test_workload_line_method_and_sql_build_the_same_request():
+    line = parse_workload_text("mean(age, 17, 60, where=age > 20, by=sex)", SCHEMA)
+    method = StatisticRequest.mean("age", 17, 60, "age > 20", by="sex")
+    assert line.statistics[0] == method
+    sql = parse_select(
+        "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1) sex, "
+        "AVG(age, contribution_bounds_per_group => (17, 60)) AS a, "
+        "PERCENTILE_CONT(age, 0.5) AS m FROM t WHERE age > 20 GROUP BY sex",
+        {"t": SCHEMA},
+    )
+    mean, median = (a.request for a in sql.aggregates)
+    assert (mean.kind, mean.attribute, mean.lower, mean.upper, mean.by) == (
+        "mean", "age", 17, 60, ("sex",),
+    )  # fmt: skip
+    assert mean.where == median.where == "age > 20"  # the query language's text of WHERE
+    assert (median.kind, median.qs, median.by) == ("quantile", (Fraction(1, 2),), ("sex",))
+
+
+def test_a_method_is_its_request_answered(table, tmp_path):
+    """``c.mean(...)`` and ``c.statistic(StatisticRequest.mean(...))`` charge the same
+    cost on the same points and, from the same seed, release the same results; a
+    workload line is charged the same request."""
+    data, schema = table
+    released = []
+    for ask in (
+        lambda c: c.mean("age", 17, 60, "hours > 10", by="sex", epsilon=0.5),
+        lambda c: c.statistic(
+            StatisticRequest.mean("age", 17, 60, "hours > 10", by="sex"), epsilon=0.5
+        ),
+        lambda c: c.add_analyst("ann") and c.analyst("ann").statistic(
+            StatisticRequest.mean("age", 17, 60, "hours > 10", by="sex"), epsilon=0.5
+        ),
+    ):
+        with Curator.open(
+            data=data,
+            schema=schema,
+            budget=PureDP(1),
+            rng=SeededRandomSource(7),
+            allow_insecure=True,
+            ledger=tmp_path / f"l{len(released)}.db",
+        ) as c:
+            a = ask(c)
+            released.append((a.request, a.cost, a.results, c.remaining()))
+    assert released[0] == released[1] == released[2]
+    assert released[0][0] == "mean(age, 17, 60, by=sex, where=hours > 10)"
+
+
+def test_statistic_refuses_what_is_not_a_statistic_and_charges_nothing(table):
+    data, schema = table
+    with Curator.open(data=data, schema=schema, budget=PureDP(1)) as c:
+        for bad in ("mean(age, 0, 1)", StatisticRequest("count"), StatisticRequest.units()):
+            with pytest.raises(InvalidParameter):
+                c.statistic(bad, epsilon=0.5)
+        with pytest.raises(InvalidParameter, match="unexpected keyword argument 'q'"):
+            c.mean("age", 17, 60, q=0.5, epsilon=0.5)
+        assert c.remaining() == 1
+        assert c.ledger.charges_after(0) == []
