@@ -40,7 +40,7 @@ from dpcurator.curator.answers import (
 )
 from dpcurator.curator.curator import Estimate, Remaining
 from dpcurator.curator.privacy_unit import DEFAULT_NAME, PrivacyUnit
-from dpcurator.queries.statistic_request import STATISTICS, StatisticRequest, as_method
+from dpcurator.queries.statistic_request import STATISTICS, StatisticRequest, statistic_method
 from dpcurator.queries.values import decimal_text
 from dpcurator.sql.result import SqlResult
 
@@ -176,24 +176,6 @@ def _wire(value: Any) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     return value
-
-
-def _asking(kind: str) -> Any:
-    """The client's method ``kind``: the curator's, over HTTP (``POST /v1/<kind>``)."""
-
-    def ask(
-        self: Client,
-        *args: Any,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        **kwargs: Any,
-    ) -> StatisticAnswer:
-        request = StatisticRequest.build(kind, args, kwargs)
-        return self.statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table)
-
-    return as_method(ask, kind)
 
 
 class Client:
@@ -427,13 +409,13 @@ class Client:
         body = self._body(**request.args(), epsilon=epsilon, rho=rho, mu=mu, table=table)
         return _statistic(self._call("POST", f"/v1/{request.kind}", json=body))
 
-    mean = _asking("mean")
-    variance = _asking("variance")
-    stdev = _asking("stdev")
-    share = _asking("share")
-    quantile = _asking("quantile")
-    quantiles = _asking("quantiles")
-    median = _asking("median")
+    mean = statistic_method("mean")
+    variance = statistic_method("variance")
+    stdev = statistic_method("stdev")
+    share = statistic_method("share")
+    quantile = statistic_method("quantile")
+    quantiles = statistic_method("quantiles")
+    median = statistic_method("median")
 
     def release(
         self, queries: Sequence[str], costs: Sequence[float], *, table: str | None = None

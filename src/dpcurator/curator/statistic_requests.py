@@ -9,7 +9,7 @@ and their theorems are in :mod:`dpcurator.mechanisms.moments`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dpcurator.curator import requests
@@ -21,30 +21,7 @@ from dpcurator.errors import TooLarge
 from dpcurator.mechanisms.noise import DiscreteLaplaceNoise
 from dpcurator.queries import Query
 from dpcurator.queries.boolean import BooleanQuery
-from dpcurator.queries.statistic_request import StatisticRequest, as_method
-
-
-def _asking(kind: str) -> Callable[..., StatisticAnswer]:
-    """The curator's method ``kind``: its parameters are
-    :class:`~dpcurator.queries.statistic_request.StatisticRequest`'s constructor's, then
-    the cost and the table; it builds that request and answers it."""
-
-    def ask(
-        self: StatisticRequests,
-        *args: Any,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
-        table: str | None = None,
-        _analyst: str | None = None,
-        **kwargs: Any,
-    ) -> StatisticAnswer:
-        request = StatisticRequest.build(kind, args, kwargs)
-        return self.statistic(
-            request, epsilon=epsilon, rho=rho, mu=mu, table=table, _analyst=_analyst
-        )
-
-    return as_method(ask, kind)
+from dpcurator.queries.statistic_request import StatisticRequest, statistic_method
 
 
 class StatisticRequests(StatisticCore):
@@ -72,13 +49,13 @@ class StatisticRequests(StatisticCore):
         p = self._prepare_statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return self._release_statistic(p, _analyst)
 
-    mean = _asking("mean")
-    variance = _asking("variance")
-    stdev = _asking("stdev")
-    share = _asking("share")
-    quantile = _asking("quantile")
-    quantiles = _asking("quantiles")
-    median = _asking("median")
+    mean = statistic_method("mean")
+    variance = statistic_method("variance")
+    stdev = statistic_method("stdev")
+    share = statistic_method("share")
+    quantile = statistic_method("quantile")
+    quantiles = statistic_method("quantiles")
+    median = statistic_method("median")
 
     def _release_mixed(
         self, plan: Any, specs: Sequence[Any], table: str, analyst: str | None
@@ -178,16 +155,6 @@ class StatisticRequests(StatisticCore):
         return out
 
 
-def _session_asking(kind: str) -> Callable[..., StatisticAnswer]:
-    """An analyst session's method ``kind``: the curator's, charged to her quota."""
-
-    def ask(self: SessionStatistics, *args: Any, **kwargs: Any) -> StatisticAnswer:
-        method: Callable[..., StatisticAnswer] = getattr(self._c, kind)
-        return method(*args, _analyst=self.name, **kwargs)
-
-    return as_method(ask, kind)
-
-
 class SessionStatistics:
     """The statistics of an analyst session (mixed into
     :class:`~dpcurator.curator.AnalystSession`): the curator's, charged to her quota."""
@@ -198,10 +165,10 @@ class SessionStatistics:
     def statistic(self, request: StatisticRequest, **kw: Any) -> StatisticAnswer:
         return self._c.statistic(request, _analyst=self.name, **kw)  # type: ignore[no-any-return]
 
-    mean = _session_asking("mean")
-    variance = _session_asking("variance")
-    stdev = _session_asking("stdev")
-    share = _session_asking("share")
-    quantile = _session_asking("quantile")
-    quantiles = _session_asking("quantiles")
-    median = _session_asking("median")
+    mean = statistic_method("mean")
+    variance = statistic_method("variance")
+    stdev = statistic_method("stdev")
+    share = statistic_method("share")
+    quantile = statistic_method("quantile")
+    quantiles = statistic_method("quantiles")
+    median = statistic_method("median")

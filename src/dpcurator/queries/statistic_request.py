@@ -5,7 +5,7 @@ the workload language (``mean(income, 0, 200000, by=sex)``), ``estimate`` and th
 bodies, and every aggregate of a DP SELECT all build a :class:`StatisticRequest`. The
 constructors below (:meth:`StatisticRequest.mean` and its siblings) are the one place each
 statistic's parameters are declared: the methods of the curator, of a session and of the
-client are made from them (:func:`as_method`), and :meth:`StatisticRequest.of`
+client are made from them (:func:`statistic_method`), and :meth:`StatisticRequest.of`
 binds keyword arguments (an HTTP body, ``estimate``'s) against them. Pure: no schema is
 needed to build one; the curator checks it against the table's schema, every bound, name
 and limit, before anything is charged.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dpcurator.queries.schema import Schema
 
 
-__all__ = ["KINDS", "PAID", "STATISTICS", "StatisticRequest", "as_method"]
+__all__ = ["KINDS", "PAID", "STATISTICS", "StatisticRequest", "statistic_method"]
 
 #: The statistics answered as a :class:`~dpcurator.curator.answers.StatisticAnswer`
 #: (``Curator.statistic`` and the methods of these names).
@@ -273,19 +273,35 @@ _PAYING = (
 )
 
 
-def as_method(method: Callable[..., Any], kind: str) -> Any:
-    """``method`` (which takes ``self``, the request's arguments and :data:`PAID`) named,
-    documented and signed as the request ``kind``'s constructor followed by
-    :data:`PAID`: what ``help()``, IDEs and the docs show for ``Curator.mean``,
-    ``AnalystSession.mean`` and ``Client.mean`` alike."""
+def statistic_method(kind: str) -> Any:
+    """The method ``kind`` of a class with a ``statistic(request, *, epsilon, rho, mu,
+    table)`` method (the curator, an analyst's session, the client): it builds its
+    request from its arguments and answers it. It is named, documented and signed as the
+    request's constructor followed by :data:`PAID` (what ``help()``, IDEs and the docs
+    show), so ``Curator.mean``, ``AnalystSession.mean`` and ``Client.mean`` declare
+    nothing of their own. (The curator's also passes on its private ``_analyst``.)"""
+
+    def ask(
+        self: Any,
+        *args: Any,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        mu: float | None = None,
+        table: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        private = {k: kwargs.pop(k) for k in [k for k in kwargs if k == "_analyst"]}
+        request = StatisticRequest.build(kind, args, kwargs)
+        return self.statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table, **private)
+
     own = inspect.signature(_constructor(kind))
     first = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    method.__name__ = method.__qualname__ = kind
-    method.__doc__ = (getattr(StatisticRequest, kind).__doc__ or "") + _PAYING
-    method.__signature__ = own.replace(  # type: ignore[attr-defined]
+    ask.__name__ = ask.__qualname__ = kind
+    ask.__doc__ = (getattr(StatisticRequest, kind).__doc__ or "") + _PAYING
+    ask.__signature__ = own.replace(  # type: ignore[attr-defined]
         parameters=[first, *own.parameters.values(), *PAID], return_annotation="StatisticAnswer"
     )
-    return method
+    return ask
 
 
 def _terms(by: object) -> tuple[str, ...] | Any:
