@@ -169,3 +169,79 @@ def test_table_rounds_rigorous_figures_up(capsys):
     assert main(["account", "--delta", "1e-5", "pure:0.1x100"]) == 0
     out = capsys.readouterr().out
     assert "best rigorous: optimal, epsilon = 4.3068\n" in out
+
+
+def _profile(pairs, at):
+    """The exact privacy profile delta(at) of composing (eps_i, delta_i)-DP guarantees:
+    the hockey-stick divergence of the product of their dominating pairs (Kairouz, Oh &
+    Viswanath 2017, Thm 3.3: each is dominated by a four-outcome randomized response),
+    summed at 60 digits over the outcomes whose privacy loss exceeds ``at`` (decided
+    exactly from the integer losses, so no term that is 0 in theory adds rounding)."""
+    import itertools
+    from fractions import Fraction
+
+    import mpmath
+
+    mpmath.mp.dps = 60
+    inf = float("inf")
+    atoms = []
+    for e, d in pairs:
+        ee, dd = mpmath.mpf(e), mpmath.mpf(d)
+        w = (1 - dd) / (1 + mpmath.exp(ee))
+        atoms.append(
+            [(dd, 0, inf), (w * mpmath.exp(ee), w, e), (w, w * mpmath.exp(ee), -e), (0, dd, -inf)]
+        )
+    total = mpmath.mpf(0)
+    for combo in itertools.product(*atoms):
+        loss = sum(x for _, _, x in combo)
+        if loss != loss:  # both a P-only and a Q-only atom: P and Q are both 0 there
+            continue
+        if loss == inf or (loss != -inf and Fraction(loss) > Fraction(at)):
+            p = mpmath.fprod(a for a, _, _ in combo)
+            q = mpmath.fprod(b for _, b, _ in combo)
+            total += p - mpmath.exp(mpmath.mpf(at)) * q
+    return total
+
+
+@pytest.mark.parametrize(
+    "specs, target, eps, methods",
+    [
+        (["approx:1,0.1", "approx:2,0.2"], "0.28", 3.0, {"kov"}),
+        (["approx:1,0.1x2"], "0.19", 2.0, {"kov", "optimal"}),
+    ],
+)
+def test_a_target_met_with_equality_is_met(specs, target, eps, methods):
+    """1 - prod(1 - delta_i) is the least delta of the composition at any epsilon; a
+    target equal to it is met at sum eps (and not below it), read from the decimals as
+    written: at most is enough."""
+    p = run("--delta", target, "--json", *specs)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["best"]["epsilon"] == eps
+    assert {m for m, r in out["methods"].items() if r["rigorous"]} == methods
+    pairs = [(1, "0.1"), (2, "0.2")] if len(specs) == 2 else [(1, "0.1"), (1, "0.1")]
+    import mpmath
+
+    mpmath.mp.dps = 60
+    assert _profile(pairs, eps) <= mpmath.mpf(target)  # holds at 60 digits, no tolerance
+    assert _profile(pairs, eps - 1e-9) > mpmath.mpf(target)  # and nothing smaller does
+
+
+def test_a_target_just_below_the_floor_is_refused_in_one_line():
+    p = run("--delta", "0.2799999", "approx:1,0.1", "approx:2,0.2")
+    assert p.returncode == 0 and "exceeds the target delta = 0.2799999" in p.stdout
+
+
+def test_floats_keep_their_pessimistic_reading():
+    """A float delta may be its binary value, 0.1000000000000000055...; composed in
+    Python with floats, the floor is then above the decimal target 0.28."""
+    from dpcurator import ApproxDP, compose
+
+    r = compose([ApproxDP(1.0, 0.1), ApproxDP(2.0, 0.2)], delta=0.28)
+    assert not any(m.rigorous for m in r.methods.values())
+    from dpcurator.privacy._rigor import Written
+
+    r = compose(
+        [ApproxDP(1.0, Written("0.1")), ApproxDP(2.0, Written("0.2"))], delta=Written("0.28")
+    )
+    assert r.methods["kov"].epsilon == 3.0

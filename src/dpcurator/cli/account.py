@@ -12,6 +12,8 @@ from fractions import Fraction
 import numpy as np
 
 from dpcurator.errors import InvalidParameter
+from dpcurator.privacy import _rigor
+from dpcurator.privacy._rigor import Written
 from dpcurator.privacy.composition import METHODS, Composition, accountants, compose, fmt_up
 from dpcurator.privacy.specs import KINDS, parse_spec
 
@@ -31,6 +33,13 @@ deltas already add up to more than the target). The theorems: docs/accounting.md
 docs/design.md."""
 
 
+def number(text: str) -> float:
+    """A number as written: a finite one keeps its exact decimal (a
+    :class:`~dpcurator.privacy._rigor.Written`), so ``--delta 0.28`` is 28/100 exactly."""
+    value = float(text)
+    return Written(text) if math.isfinite(value) else value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "account",
@@ -42,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     target = p.add_mutually_exclusive_group()
     target.add_argument(
-        "--delta", type=float, help="target total delta (default 1e-6; 0: pure composition)"
+        "--delta", type=number, help="target total delta (default 1e-6; 0: pure composition)"
     )
-    target.add_argument("--epsilon", type=float, help="report each method's delta at this epsilon")
+    target.add_argument("--epsilon", type=number, help="report each method's delta at this epsilon")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the composed trade-off curves")
     p.add_argument("specs", nargs="+", metavar="SPEC")
@@ -175,15 +184,17 @@ def why_none(result: Composition, specs: list) -> str:
     if result.target_delta is not None and ds:
         total = sum((c * d for _, c, d in ds), Fraction(0))
         parts = " + ".join(f"{c} x {float(d):g} ({t})" for t, c, d in ds)
-        floor = 1.0
-        for _, c, d in ds:
-            floor *= (1 - float(d)) ** c
-        floor = 1 - floor
-        if floor >= result.target_delta or total >= result.target_delta:
+        keep = _rigor.exact_powers((1 - d, c) for _, c, d in ds)
+        floor = 1 - (
+            float(keep) if keep is not None else math.prod((1 - float(d)) ** c for _, c, d in ds)
+        )
+        target = _rigor.worst_low(result.target_delta)
+        if (1 - keep if keep is not None else Fraction(floor)) > target:
             return (
                 f"the mechanisms' own deltas add up to {parts} = {float(total):.6g}, and no "
-                f"composition has a delta below 1 - prod(1 - delta_i) = {floor:.6g}, which is "
-                f"not below the target delta = {result.target_delta:g}; give a larger --delta "
+                f"composition has a delta below 1 - prod(1 - delta_i) = {floor:.6g}, which "
+                f"exceeds the target delta = {float(result.target_delta):.10g}; give a larger "
+                "--delta "
                 "or mechanisms with smaller deltas"
             )
     applicable = [n for n, r in result.methods.items() if not r.rigorous]

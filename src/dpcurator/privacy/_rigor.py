@@ -9,13 +9,16 @@ down) until the check passes. Floats never decide anything on their own.
 Parameters are read pessimistically: a float such as 0.1 stands for its binary value
 0.1000000000000000055... and for the decimal 0.1 the user typed; a certificate must hold
 for both, so each check uses the worse of the two (:func:`worst_high`, :func:`worst_low`).
+A number read from text (``dpcurator account``'s specs and targets) is a
+:class:`Written`: a float that keeps the exact decimal it was written as, and is read
+at that value alone, so that a target met with equality is met.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
@@ -46,8 +49,44 @@ def precision(bits: int = PREC) -> Iterator[None]:
 # --- reading parameters -----------------------------------------------------------------
 
 
+class Written(float):
+    """A float that remembers the exact decimal it was written as (``Written("0.1")`` is
+    the float 0.1 whose :attr:`exact` value is 1/10): text says which number it means,
+    a float does not. Arithmetic on it gives plain floats."""
+
+    exact: Fraction
+
+    def __new__(cls, text: str) -> Written:
+        value = float(text)  # ValueError on anything but a number
+        if not math.isfinite(value):  # nor an exponent too large for a float
+            raise ValueError(f"not a finite number: {text!r}")
+        self = super().__new__(cls, value)
+        self.exact = Fraction(text.strip())
+        return self
+
+
+#: The most bits (numerators' and denominators' together) an exact power may take.
+EXACT_POWER_BITS = 1 << 16
+
+
+def exact_powers(pairs: Iterable[tuple[Fraction, int]]) -> Fraction | None:
+    """prod base^n exactly, when the result's numerator and denominator stay within
+    about :data:`EXACT_POWER_BITS` bits (1 - delta_i for a few runs of decimal deltas);
+    None when they would not (many runs: use intervals)."""
+    pairs = list(pairs)
+    size = sum(n * (b.numerator.bit_length() + b.denominator.bit_length()) for b, n in pairs)
+    if size > EXACT_POWER_BITS:
+        return None
+    out = Fraction(1)
+    for base, n in pairs:
+        out *= base**n
+    return out
+
+
 def worst_high(x: float | Fraction | int) -> Fraction:
     """The larger of the float's binary value and its shortest decimal (for a cost: eps, rho, mu, delta)."""
+    if isinstance(x, Written):
+        return x.exact
     if isinstance(x, Fraction | int):
         return Fraction(x)
     x = float(x)
@@ -56,6 +95,8 @@ def worst_high(x: float | Fraction | int) -> Fraction:
 
 def worst_low(x: float | Fraction | int) -> Fraction:
     """The smaller of the two readings (for a noise scale or a target: smaller is worse)."""
+    if isinstance(x, Written):
+        return x.exact
     if isinstance(x, Fraction | int):
         return Fraction(x)
     x = float(x)

@@ -6,6 +6,7 @@ import math
 from numbers import Real
 
 from dpcurator.errors import InvalidParameter
+from dpcurator.privacy._rigor import Written
 
 
 def nonnegative(name: str, value: object) -> float:
@@ -55,7 +56,7 @@ def count(name: str, value: object) -> int:
 def _finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise InvalidParameter(f"{name} must be a number, got {value!r}")
-    x = float(value)
+    x = value if isinstance(value, Written) else float(value)  # a Written keeps its decimal
     if not math.isfinite(x):
         raise InvalidParameter(f"{name} must be finite, got {value!r}")
     return x

@@ -118,7 +118,11 @@ class Sums:
 
     @cached_property
     def keep_lo(self) -> Fraction:
-        """Lower bound on prod (1 - delta_i)."""
+        """Lower bound on prod (1 - delta_i): the product itself when it is small enough
+        to hold exactly (so that a target equal to 1 - prod(1 - delta_i) is met)."""
+        exact = _rigor.exact_powers((1 - d, c) for _, d, c in self.runs if d)
+        if exact is not None:
+            return exact
         total = fone
         for _, d, c in self.runs:
             if d:
@@ -221,18 +225,24 @@ def _kov_slack(s: Sums, target_delta: float) -> Fraction:
     """A delta~ with 1 - (1 - delta~) prod(1 - delta_i) <= target (rounded down)."""
     keep = s.keep_lo
     if keep <= 0:
-        return Fraction(0)
+        return Fraction(-1)  # none
     return 1 - (1 - _rigor.worst_low(target_delta)) / keep
 
 
 def kov_epsilon(s: Sums, target_delta: float) -> float | None:
     """min{ sum eps, sum eps tanh(eps/2) + sqrt(2 S ln(e + sqrt(S)/d~)),
     sum eps tanh(eps/2) + sqrt(2 S ln(1/d~)) } with S = sum eps_i^2 and total
-    delta 1 - (1 - d~) prod(1 - delta_i) (Kairouz, Oh & Viswanath 2017, Thm 3.5)."""
+    delta 1 - (1 - d~) prod(1 - delta_i) (Kairouz, Oh & Viswanath 2017, Thm 3.5).
+
+    With d~ = 0 (a target of exactly 1 - prod(1 - delta_i)) only the first form holds:
+    the privacy loss of the dominating randomized responses never exceeds sum eps
+    (their privacy profile is 0 there, KOV Thm 3.3), so sum eps is certified."""
     slack = _kov_slack(s, target_delta)
-    if slack <= 0:
+    if slack < 0:
         return None
     best = s.eps
+    if slack == 0:
+        return _finite_up(best)
     with _rigor.precision():
         S = _rigor.q(s.eps_sq)
         drift = _rigor.q(s.eps_tanh_hi)

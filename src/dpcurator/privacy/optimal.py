@@ -209,9 +209,13 @@ def delta_enclosure(
     rr_lo, rr_hi = delta_rr_enclosure(eps, n, eps_prime)
     if delta == 0:
         return rr_lo, rr_hi
-    with _rigor.precision():
-        keep = _rigor.q(1 - delta) ** n
-        k_lo, k_hi = _rigor.lo(keep), _rigor.hi(keep)
+    exact = _rigor.exact_powers([(1 - delta, n)])
+    if exact is not None:
+        k_lo = k_hi = exact
+    else:
+        with _rigor.precision():
+            keep = _rigor.q(1 - delta) ** n
+            k_lo, k_hi = _rigor.lo(keep), _rigor.hi(keep)
     return 1 - k_hi * (1 - rr_lo), 1 - k_lo * (1 - rr_hi)
 
 
@@ -220,6 +224,9 @@ def _floor_hi(delta: Fraction, n: int) -> Fraction:
     """Upper end of 1 - (1 - delta)^n, the delta_n that no eps' removes."""
     if delta == 0:
         return Fraction(0)
+    exact = _rigor.exact_powers([(1 - delta, n)])
+    if exact is not None:
+        return 1 - exact
     with _rigor.precision():
         return 1 - _rigor.lo(_rigor.q(1 - delta) ** n)
 
@@ -266,7 +273,7 @@ def optimal_epsilon_exact(eps: Fraction, d: Fraction, n: int, target_delta: floa
         return None
     fe, fd = float(eps), float(d)
     target = _rigor.worst_low(target_delta)
-    if _floor_hi(d, n) >= target:
+    if _floor_hi(d, n) > target:  # at most the target is enough (equality: eps' = n eps)
         return None
 
     def upper(x: float) -> Fraction:
@@ -281,6 +288,8 @@ def optimal_epsilon_exact(eps: Fraction, d: Fraction, n: int, target_delta: floa
     def gap(x: float) -> float:
         return optimal_delta_float(fe, fd, n, x) - float(target)
 
+    if gap(hi) >= 0:  # the target is the floor (up to rounding): only n eps reaches it
+        return hi
     if gap(0.0) <= 0:  # the float says 0 works but the certificate does not: start low
         cand = 0.0
     else:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from dpcurator.errors import InvalidParameter, SpecError
+from dpcurator.privacy._rigor import Written
 from dpcurator.privacy.events import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -61,7 +62,9 @@ def parse_spec(text: str) -> Spec:
     params = []
     for name, r in zip(names, raw, strict=True):
         try:
-            value = float(r)
+            value: float = float(r)
+            if math.isfinite(value):
+                value = Written(r)  # the decimal as written: read exactly (see _rigor)
         except ValueError:
             raise SpecError(f"{name} must be a number in {text!r}, got {r!r}") from None
         if not math.isfinite(value) or value <= 0:
