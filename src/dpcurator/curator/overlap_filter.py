@@ -52,6 +52,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpcurator import deadlines
+from dpcurator.curator.level_order import LevelOrder, meeting
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, contains, hull, intersection
 from dpcurator.queries.overlap.dense import DENSE_LIMIT, dense_max_overlap
@@ -184,6 +185,10 @@ def max_loss(
 #: milliseconds); otherwise it is the levels' bound.
 QUICK_CHARGES = 256
 QUICK_CELLS = 50_000
+#: The most charges near a query that :meth:`OverlapFilter.quick_spent_on` looks at one
+#: by one (beyond it, a batch's answers would cost O(history) Python work each: it takes
+#: the levels' maximum, a vector operation, alone).
+QUICK_NEAR = 2048
 
 
 def _small_grid_loss(charges: list[Charge], within: Query) -> Fraction | None:
@@ -251,6 +256,7 @@ class _TableIndex:
         self.top = Fraction(0)  # at least every level: bounds max_x L(x) on the table
         self.spent: dict[str | None, Fraction] = {}  # each analyst's costs, summed
         self.owned = True
+        self.order: LevelOrder | None = None  # the first charges by level (built lazily)
 
     def snapshot(self) -> _TableIndex:
         new = _TableIndex.__new__(_TableIndex)
@@ -275,6 +281,8 @@ class _TableIndex:
             self.hi = np.concatenate([self.hi, np.zeros_like(self.hi)])
             self.level = np.concatenate([self.level, np.zeros_like(self.level)])
         del self.charges[n:], self.levels[n:]  # rows a rollback left behind
+        if self.order is not None and self.order.count > n:
+            self.order = None  # it holds rows a rollback left behind
         self.lo[n] = 0
         self.hi[n] = 0  # lo = hi = 0: overlaps nothing (empty charges stay so)
         self.level[n] = _float_up(charge.level)
@@ -295,6 +303,8 @@ class _TableIndex:
         for c in self.charges[keep : self.n]:
             self.spent[c.analyst] -= c.cost
         self.n = keep
+        if self.order is not None and self.order.count > keep:
+            self.order = None
         self.level[keep:] = 0
         self.hi[keep:] = 0
         self.lo[keep:] = 0
@@ -308,14 +318,26 @@ class _TableIndex:
     def all_charges(self) -> list[Charge]:
         return self.charges[: self.n]
 
+    def _box(self, query: Query) -> list[tuple[int, int, int]]:
+        return [(self.names[name], lo, hi) for name, (lo, hi) in hull(query).items()]
+
     def _hull_mask(self, query: Query) -> np.ndarray:
         """Charges whose per-attribute hulls meet the query's: a superset of the overlapping."""
         n = self.n
-        mask = self.hi[:n, 0] > self.lo[:n, 0]  # non-empty charges
-        for name, (lo, hi) in hull(query).items():
-            j = self.names[name]
-            mask &= (self.lo[:n, j] < hi) & (self.hi[:n, j] > lo)
-        return mask
+        return meeting(self.lo[:n], self.hi[:n], self._box(query))
+
+    def top_near(self, query: Query) -> float:
+        """The largest (float, rounded up) level among the charges whose hulls meet the
+        query's, 0 if none: scanned from the highest level down (:mod:`level_order`)."""
+        if query.is_empty or not self.n:
+            return 0.0
+        n, order = self.n, self.order
+        if order is None or order.stale(n):
+            order = self.order = LevelOrder.build(self.lo, self.hi, self.level, n)
+        box = self._box(query)
+        tail = meeting(self.lo[order.count : n], self.hi[order.count : n], box)
+        best = float(self.level[order.count : n][tail].max()) if tail.any() else -1.0
+        return max(0.0, order.top_meeting(box, self.level, best))
 
     def bound(self, query: Query, *, refine: bool = False) -> Fraction:
         """An upper bound on max_{x in C_query} L(x): the largest level among the charges
@@ -327,8 +349,7 @@ class _TableIndex:
             return max(
                 (self.levels[i] for i in self.overlapping_positions(query)), default=Fraction(0)
             )
-        levels = self.level[: self.n][self._hull_mask(query)]
-        return Fraction(float(levels.max())) if levels.size else Fraction(0)
+        return Fraction(self.top_near(query))
 
     def candidate_positions(self, query: Query) -> list[int]:
         if query.is_empty or not self.n:
@@ -727,21 +748,33 @@ class OverlapFilter:
         truly remains."""
         index = self._tables.get(table)
         here, exact = Fraction(0), True
-        if index is not None and not query.is_empty:
-            positions = index.candidate_positions(query)
-            near = [index.charges[i] for i in positions]
-            if analyst is not None:
-                near = [c for c in near if c.analyst == analyst]
-            small = _small_grid_loss(near, query) if grid else None
+        if index is not None and not query.is_empty and index.n:
+            if not grid and analyst is None:  # the levels alone, whatever the history
+                return self._with_others(table, analyst, Fraction(index.top_near(query)), False)
+            mask = index._hull_mask(query)
+            top = Fraction(float(index.level[: index.n][mask].max())) if mask.any() else Fraction(0)
+            small = None
+            few = int(np.count_nonzero(mask)) <= QUICK_NEAR
+            if few:  # the charges near the query, in Python
+                near = [index.charges[i] for i in np.flatnonzero(mask).tolist()]
+                if analyst is not None:
+                    near = [c for c in near if c.analyst == analyst]
+                small = _small_grid_loss(near, query) if grid else None
             if small is not None:
                 here = small
             else:
                 exact = False  # the largest level near the query (floats rounded up)
-                top = Fraction(float(index.level[positions].max())) if positions else Fraction(0)
                 if analyst is None:
                     here = top
-                else:
+                elif few:
                     here = min(top, sum((c.cost for c in near), Fraction(0)))
+                else:  # her costs on the whole table bound her costs near the query
+                    here = min(top, index.spent.get(analyst, Fraction(0)))
+        return self._with_others(table, analyst, here, exact)
+
+    def _with_others(self, table: str, analyst: str | None, here: Fraction, exact: bool) -> Loss:
+        """``here`` (a bound on ``table``) plus each other table's cached worst loss, or
+        its largest level."""
         there = Fraction(0)
         for t, ix in self._tables.items():
             if t == table:
