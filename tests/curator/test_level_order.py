@@ -123,3 +123,26 @@ def test_a_query_meeting_a_high_charge_stops_after_one_chunk():
     finally:
         level_order.meeting = real
     assert calls == [level_order.CHUNK]
+
+
+def test_a_forks_order_serves_the_filter_and_the_next_fork_but_not_its_own_rows():
+    """An order built by a fork on the rows it shares with its filter is kept for the
+    filter and every later fork (one build, not one per request); an order that holds a
+    fork's own provisional rows never leaves that fork."""
+    live = _TableIndex(SCHEMA)
+    for i in range(50):
+        live.add(Charge(i, "t", None, _query((i % 10, 9, None, 0, None)), Fraction(1), Fraction(i)))
+    q = _query((0, 9, None, 0, None))
+    fork = live.snapshot()
+    assert fork.top_near(q) == 49.0
+    built = fork.order
+    assert built is not None and built.count == 50
+    later = live.snapshot()
+    assert later.top_near(q) == 49.0 and later.order is built  # reused, not rebuilt
+    own = live.snapshot()
+    own._own()
+    for i in range(50, 50 + 4 * level_order.TAIL):  # past the tail: it rebuilds
+        own.add(Charge(i, "t", None, _query((0, 0, None, 0, None)), Fraction(1), Fraction(99)))
+    assert own.top_near(q) == 99.0 and own.order.count > 50
+    assert live._cell[0] is built  # its own rows stayed its own
+    assert live.top_near(q) == 49.0

@@ -13,7 +13,9 @@ query that meets no charge still scans them all (vectorised, as before).
 Levels are only ever lowered, never raised, so a level recorded when the order was
 built is at least the charge's current one: the stop rule stays sound, and the value
 returned is read from the current levels. Charges added since the build are a tail,
-scanned whole; the order is rebuilt when the tail outgrows a quarter of it.
+scanned whole on every query; the order is rebuilt once the tail passes :data:`TAIL`
+charges (a sort: about 0.1 s at 10^6 charges, once per 4,096 charges), and an order
+built by one fork of the filter serves the filter and its later forks.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 #: Charges per step of the scan from the top.
 CHUNK = 1024
-#: The tail (charges since the last build) scanned whole before a rebuild is worth it.
+#: The most charges since the last build (the tail, scanned whole) before a rebuild.
 TAIL = 4096
 
 Box = Sequence[tuple[int, int, int]]  # (attribute index, lo, hi) of a query's hull
@@ -51,7 +53,7 @@ class LevelOrder:
 
     def stale(self, n: int) -> bool:
         """Whether the filter, now at ``n`` charges, should rebuild this order."""
-        return self.count > n or n - self.count > max(TAIL, self.count // 4)
+        return self.count > n or n - self.count > TAIL
 
     def top_meeting(self, box: Box, level: np.ndarray, best: float) -> float:
         """The largest current ``level`` among these charges whose hulls meet ``box``,

@@ -257,12 +257,18 @@ class _TableIndex:
         self.spent: dict[str | None, Fraction] = {}  # each analyst's costs, summed
         self.owned = True
         self.order: LevelOrder | None = None  # the first charges by level (built lazily)
+        # The newest order built on rows this index shares with the filter it was forked
+        # from, shared by that filter and all its snapshots (so that one fork's build
+        # serves the next), and how many of its rows are that filter's (None: it is it).
+        self._cell: list[LevelOrder | None] = [None]
+        self.shared_upto: int | None = None
 
     def snapshot(self) -> _TableIndex:
         new = _TableIndex.__new__(_TableIndex)
         new.__dict__.update(self.__dict__)
         new.spent = dict(self.spent)
         new.owned = False
+        new.shared_upto = self.n if self.shared_upto is None else min(self.shared_upto, self.n)
         return new
 
     def _own(self) -> None:
@@ -281,8 +287,7 @@ class _TableIndex:
             self.hi = np.concatenate([self.hi, np.zeros_like(self.hi)])
             self.level = np.concatenate([self.level, np.zeros_like(self.level)])
         del self.charges[n:], self.levels[n:]  # rows a rollback left behind
-        if self.order is not None and self.order.count > n:
-            self.order = None  # it holds rows a rollback left behind
+        self._drop_orders_past(n)  # they hold rows a rollback left behind
         self.lo[n] = 0
         self.hi[n] = 0  # lo = hi = 0: overlaps nothing (empty charges stay so)
         self.level[n] = _float_up(charge.level)
@@ -303,8 +308,9 @@ class _TableIndex:
         for c in self.charges[keep : self.n]:
             self.spent[c.analyst] -= c.cost
         self.n = keep
-        if self.order is not None and self.order.count > keep:
-            self.order = None
+        self._drop_orders_past(keep)
+        if self.shared_upto is not None:
+            self.shared_upto = min(self.shared_upto, keep)
         self.level[keep:] = 0
         self.hi[keep:] = 0
         self.lo[keep:] = 0
@@ -317,6 +323,13 @@ class _TableIndex:
 
     def all_charges(self) -> list[Charge]:
         return self.charges[: self.n]
+
+    def _drop_orders_past(self, n: int) -> None:
+        if self.order is not None and self.order.count > n:
+            self.order = None
+        shared = self._cell[0]
+        if self.shared_upto is None and shared is not None and shared.count > n:
+            self._cell[0] = None
 
     def _box(self, query: Query) -> list[tuple[int, int, int]]:
         return [(self.names[name], lo, hi) for name, (lo, hi) in hull(query).items()]
@@ -331,9 +344,19 @@ class _TableIndex:
         query's, 0 if none: scanned from the highest level down (:mod:`level_order`)."""
         if query.is_empty or not self.n:
             return 0.0
-        n, order = self.n, self.order
+        n, order, shared = self.n, self.order, self._cell[0]
+        mine = n if self.shared_upto is None else min(self.shared_upto, n)  # rows in common
+        if (
+            shared is not None
+            and shared.count <= mine
+            and (order is None or shared.count > order.count)
+        ):
+            order = shared
         if order is None or order.stale(n):
-            order = self.order = LevelOrder.build(self.lo, self.hi, self.level, n)
+            order = LevelOrder.build(self.lo, self.hi, self.level, n)
+            if order.count <= mine and (shared is None or shared.count < order.count):
+                self._cell[0] = order  # valid for every index that shares these rows
+        self.order = order
         box = self._box(query)
         tail = meeting(self.lo[order.count : n], self.hi[order.count : n], box)
         best = float(self.level[order.count : n][tail].max()) if tail.any() else -1.0
