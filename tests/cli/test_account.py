@@ -245,3 +245,18 @@ def test_floats_keep_their_pessimistic_reading():
         [ApproxDP(1.0, Written("0.1")), ApproxDP(2.0, Written("0.2"))], delta=Written("0.28")
     )
     assert r.methods["kov"].epsilon == 3.0
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["approx:1,1e-99999999999"], "delta must be a finite number > 0"),
+        (["approx:1,0." + "1" * 500], "too many digits or too large an exponent"),
+        (["--delta", "1e-20000000", "pure:1"], "invalid number value"),
+    ],
+)
+def test_hostile_numbers_are_refused_at_once(args, says):
+    """A decimal is read exactly, but never one whose exact value would be a huge
+    integer: such text is refused in one line, at once."""
+    p = run(*args)
+    assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -41,7 +41,9 @@ def _query(spec) -> Query:
 digit = st.integers(0, 9)
 queries = st.tuples(
     st.none() | digit, digit, st.none() | digit, digit, st.none() | st.sampled_from("xyz")
-).map(lambda t: (t[0], t[1] if t[0] is not None else 0, t[2], t[3] if t[2] is not None else 0, t[4]))
+).map(
+    lambda t: (t[0], t[1] if t[0] is not None else 0, t[2], t[3] if t[2] is not None else 0, t[4])
+)
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("add"), queries, st.integers(0, 50)),
@@ -146,3 +148,28 @@ def test_a_forks_order_serves_the_filter_and_the_next_fork_but_not_its_own_rows(
     assert own.top_near(q) == 99.0 and own.order.count > 50
     assert live._cell[0] is built  # its own rows stayed its own
     assert live.top_near(q) == 49.0
+
+
+def test_a_level_lowered_while_the_order_is_built_leaves_it_sorted(monkeypatch):
+    """Forks lower the shared levels without a lock: a level lowered between the sort
+    and the recording of levels must not leave the recorded levels out of order (the
+    scan would stop before a higher chunk and under-estimate the loss)."""
+    live = _TableIndex(SCHEMA)
+    live.add(Charge(1, "t", None, _query((0, 0, None, 0, None)), Fraction(1), Fraction(10)))
+    live.add(Charge(2, "t", None, _query((5, 5, None, 0, None)), Fraction(1), Fraction(9)))
+    f1, f2 = live.snapshot(), live.snapshot()
+    real = np.argsort
+
+    def sort_then_another_fork_lowers(a, **kw):
+        out = real(a, **kw)
+        f2.lower(0, Fraction(1))  # the other fork's exact check, meanwhile
+        return out
+
+    monkeypatch.setattr(level_order.np, "argsort", sort_then_another_fork_lowers)
+    q = _query((5, 5, None, 0, None))
+    assert f1.top_near(q) == _brute(f1, q) == 9.0
+    monkeypatch.setattr(level_order.np, "argsort", real)
+    assert list(f1.order.levels) == sorted(f1.order.levels, reverse=True)
+    live.add(Charge(3, "t", None, _query((5, 5, None, 0, None)), Fraction(1), Fraction(5)))
+    assert live.top_near(q) >= _brute(live, q) == 9.0
+    assert live.bound(q) >= Fraction(9)

@@ -156,3 +156,29 @@ def test_statistic_refuses_what_is_not_a_statistic_and_charges_nothing(table):
             c.mean("age", 17, 60, q=0.5, epsilon=0.5)
         assert c.remaining() == 1
         assert c.ledger.charges_after(0) == []
+
+
+def test_a_hand_made_request_releases_what_its_kind_says(table):
+    """A request built field by field is rebuilt by its constructor: a median's q is
+    1/2 and a quantile has one q, so the ledger's text is what was released."""
+    data, schema = table
+    with Curator.open(
+        data=data, schema=schema, budget=PureDP(10**6), rng=SeededRandomSource(3),
+        allow_insecure=True,
+    ) as c:  # fmt: skip
+        m = c.statistic(StatisticRequest("median", "age", qs=(Fraction(1, 10),)), epsilon=1)
+        assert m.request == "median(age)" and [r.q for r in m.results] == [0.5]
+        q = c.statistic(StatisticRequest("quantile", "age", qs=(0.1, 0.9)), epsilon=1)
+        assert q.request == "quantile(age, 0.1)" and [r.q for r in q.results] == [0.1]
+        with pytest.raises(InvalidParameter, match="q must be a number"):
+            c.statistic(StatisticRequest("quantile", "age"), epsilon=1)
+        assert len(c.ledger.charges_after(0)) == 2
+
+
+def test_only_the_curator_takes_the_private_analyst_argument(table):
+    data, schema = table
+    with Curator.open(data=data, schema=schema, budget=PureDP(1)) as c:
+        c.add_analyst("ann")
+        with pytest.raises(InvalidParameter, match="unknown argument '_analyst'"):
+            c.analyst("ann").mean("age", 17, 60, _analyst="bob", epsilon=0.5)
+        assert c.ledger.charges_after(0) == []

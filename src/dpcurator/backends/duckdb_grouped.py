@@ -72,7 +72,8 @@ def grouped_sql(
         cols.append(f"sum({code})")
         if m.squares:
             cols.append(f"sum({square})")
-    group = " GROUP BY ALL" if len(cols) > len(parts) + 1 else ""
+    grouped = keys or any(c is not None for c in covers) or any(expr for expr, _ in buckets)
+    group = " GROUP BY ALL" if grouped else ""
     k = len(keys)
 
     def unfold(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

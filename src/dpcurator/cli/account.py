@@ -192,7 +192,7 @@ def why_none(result: Composition, specs: list) -> str:
         if (1 - keep if keep is not None else Fraction(floor)) > target:
             return (
                 f"the mechanisms' own deltas add up to {parts} = {float(total):.6g}, and no "
-                f"composition has a delta below 1 - prod(1 - delta_i) = {floor:.6g}, which "
+                f"composition has a delta below 1 - prod(1 - delta_i) = {floor:.10g}, which "
                 f"exceeds the target delta = {float(result.target_delta):.10g}; give a larger "
                 "--delta "
                 "or mechanisms with smaller deltas"

@@ -48,8 +48,13 @@ class LevelOrder:
 
     @staticmethod
     def build(lo: np.ndarray, hi: np.ndarray, level: np.ndarray, count: int) -> LevelOrder:
-        order = np.argsort(-level[:count], kind="stable")
-        return LevelOrder(count, order, level[order], lo[order], hi[order])
+        # One copy of the levels, sorted and recorded: another thread may lower a level
+        # of the shared array meanwhile, and reading it twice could leave the recorded
+        # levels out of order (the stop rule would then skip a higher chunk). Every
+        # copied level is at least its later values, which is all the scan needs.
+        levels = level[:count].copy()
+        order = np.argsort(-levels, kind="stable")
+        return LevelOrder(count, order, levels[order], lo[order], hi[order])
 
     def stale(self, n: int) -> bool:
         """Whether the filter, now at ``n`` charges, should rebuild this order."""

@@ -340,8 +340,10 @@ class _TableIndex:
         return meeting(self.lo[:n], self.hi[:n], self._box(query))
 
     def top_near(self, query: Query) -> float:
-        """The largest (float, rounded up) level among the charges whose hulls meet the
-        query's, 0 if none: scanned from the highest level down (:mod:`level_order`)."""
+        """An upper bound on the largest level among the charges whose hulls meet the
+        query's (0 if none): that level (float, rounded up) as this index or a filter it
+        shares rows with last lowered it, scanned from the highest level down
+        (:mod:`dpcurator.curator.level_order`)."""
         if query.is_empty or not self.n:
             return 0.0
         n, order, shared = self.n, self.order, self._cell[0]

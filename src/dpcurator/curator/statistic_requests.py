@@ -49,13 +49,13 @@ class StatisticRequests(StatisticCore):
         p = self._prepare_statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table)
         return self._release_statistic(p, _analyst)
 
-    mean = statistic_method("mean")
-    variance = statistic_method("variance")
-    stdev = statistic_method("stdev")
-    share = statistic_method("share")
-    quantile = statistic_method("quantile")
-    quantiles = statistic_method("quantiles")
-    median = statistic_method("median")
+    mean = statistic_method("mean", private=True)
+    variance = statistic_method("variance", private=True)
+    stdev = statistic_method("stdev", private=True)
+    share = statistic_method("share", private=True)
+    quantile = statistic_method("quantile", private=True)
+    quantiles = statistic_method("quantiles", private=True)
+    median = statistic_method("median", private=True)
 
     def _release_mixed(
         self, plan: Any, specs: Sequence[Any], table: str, analyst: str | None

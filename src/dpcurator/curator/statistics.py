@@ -378,6 +378,10 @@ class StatisticCore:
             )
         if r.kind not in STATISTICS:
             raise InvalidParameter(f"kind must be one of {', '.join(STATISTICS)}, got {r.kind!r}")
+        # Rebuilt by its constructor: a hand-made request's fields are those of its kind
+        # alone (a median's q is 1/2, a quantile has one q), so that what is recorded is
+        # what is released.
+        r = StatisticRequest.build(r.kind, (), r.args())
         if r.kind in MOMENT_STATISTICS:
             return self._prepare_moments(r, epsilon, rho, mu, table)
         if r.kind == "share":

@@ -20,6 +20,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
@@ -55,14 +56,41 @@ class Written(float):
     a float does not. Arithmetic on it gives plain floats."""
 
     exact: Fraction
+    text: str
 
     def __new__(cls, text: str) -> Written:
-        value = float(text)  # ValueError on anything but a number
-        if not math.isfinite(value):  # nor an exponent too large for a float
-            raise ValueError(f"not a finite number: {text!r}")
-        self = super().__new__(cls, value)
-        self.exact = Fraction(text.strip())
+        exact = _decimal(text)
+        self = super().__new__(cls, float(exact))
+        self.exact, self.text = exact, text
         return self
+
+    def __reduce__(self) -> tuple[type[Written], tuple[str]]:
+        return (Written, (self.text,))  # copies and pickles keep the decimal
+
+
+#: The largest decimal exponent and the most digits a :class:`Written` reads: beyond
+#: them a number is 0 or infinite as a float anyway, and its exact value would take
+#: time and memory that hostile text should not get.
+WRITTEN_EXPONENT = 400
+WRITTEN_DIGITS = 400
+
+
+def _decimal(text: str) -> Fraction:
+    """The decimal ``text`` exactly (ValueError if it is none, not finite, or beyond
+    :data:`WRITTEN_EXPONENT` and :data:`WRITTEN_DIGITS`)."""
+    if not isinstance(text, str) or len(text) > 2 * WRITTEN_DIGITS:
+        raise ValueError("not a decimal number of reasonable length")
+    try:
+        d = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(f"not a decimal number: {text!r}") from None
+    if not d.is_finite():
+        raise ValueError(f"not a finite number: {text!r}")
+    if d.is_zero():
+        return Fraction(0)
+    if abs(d.adjusted()) > WRITTEN_EXPONENT or len(d.as_tuple().digits) > WRITTEN_DIGITS:
+        raise ValueError(f"out of range: {text!r}")
+    return Fraction(d)
 
 
 #: The most bits (numerators' and denominators' together) an exact power may take.

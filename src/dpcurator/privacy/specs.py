@@ -63,12 +63,16 @@ def parse_spec(text: str) -> Spec:
     for name, r in zip(names, raw, strict=True):
         try:
             value: float = float(r)
-            if math.isfinite(value):
-                value = Written(r)  # the decimal as written: read exactly (see _rigor)
         except ValueError:
             raise SpecError(f"{name} must be a number in {text!r}, got {r!r}") from None
         if not math.isfinite(value) or value <= 0:
             raise SpecError(f"{name} must be a finite number > 0 in {text!r}, got {r!r}")
+        try:
+            value = Written(r)  # the decimal as written: read exactly (see _rigor)
+        except ValueError:
+            raise SpecError(
+                f"{name} has too many digits or too large an exponent in {text!r}"
+            ) from None
         if name == "delta" and value >= 1:
             raise SpecError(f"delta must satisfy 0 < delta < 1 in {text!r}, got {r!r}")
         params.append(value)

@@ -192,8 +192,9 @@ class StatisticRequest:
         """The request ``kind`` from positional and keyword arguments, as its
         constructor takes them."""
         make = _constructor(kind)
-        if any(not isinstance(k, str) or k.startswith("_") for k in kwargs):
-            raise InvalidParameter(f"{kind}: unknown argument")
+        for k in kwargs:
+            if not isinstance(k, str) or k.startswith("_"):
+                raise InvalidParameter(f"{kind}: unknown argument {str(k)[:40]!r}")
         try:
             inspect.signature(make).bind(*args, **kwargs)
         except TypeError as err:  # an unknown, missing or repeated argument
@@ -211,7 +212,7 @@ class StatisticRequest:
         if self.kind in ("mean", "variance", "stdev"):
             d["lower"], d["upper"] = self.lower, self.upper
         elif self.kind == "quantile":
-            d["q"] = self.qs[0]
+            d["q"] = self.qs[0] if isinstance(self.qs, tuple) and self.qs else None
         elif self.kind == "quantiles":
             d["qs"] = _unlisted(self.qs)
         if self.where is not None:
@@ -251,7 +252,8 @@ class StatisticRequest:
 
 def _constructor(kind: object) -> Callable[..., StatisticRequest]:
     if not isinstance(kind, str) or kind not in (*STATISTICS, "units"):
-        raise InvalidParameter(f"kind must be one of {', '.join(STATISTICS)}, got {kind!r}")
+        kinds = ", ".join((*STATISTICS, "units"))
+        raise InvalidParameter(f"kind must be one of {kinds}, got {str(kind)[:40]!r}")
     make: Callable[..., StatisticRequest] = getattr(StatisticRequest, kind)
     return make
 
@@ -273,13 +275,14 @@ _PAYING = (
 )
 
 
-def statistic_method(kind: str) -> Any:
+def statistic_method(kind: str, *, private: bool = False) -> Any:
     """The method ``kind`` of a class with a ``statistic(request, *, epsilon, rho, mu,
     table)`` method (the curator, an analyst's session, the client): it builds its
     request from its arguments and answers it. It is named, documented and signed as the
     request's constructor followed by :data:`PAID` (what ``help()``, IDEs and the docs
     show), so ``Curator.mean``, ``AnalystSession.mean`` and ``Client.mean`` declare
-    nothing of their own. (The curator's also passes on its private ``_analyst``.)"""
+    nothing of their own. With ``private`` (the curator's), the private ``_analyst``
+    argument is passed on; elsewhere it is refused as any unknown argument."""
 
     def ask(
         self: Any,
@@ -290,9 +293,9 @@ def statistic_method(kind: str) -> Any:
         table: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        private = {k: kwargs.pop(k) for k in [k for k in kwargs if k == "_analyst"]}
+        passed = {"_analyst": kwargs.pop("_analyst")} if private and "_analyst" in kwargs else {}
         request = StatisticRequest.build(kind, args, kwargs)
-        return self.statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table, **private)
+        return self.statistic(request, epsilon=epsilon, rho=rho, mu=mu, table=table, **passed)
 
     own = inspect.signature(_constructor(kind))
     first = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)

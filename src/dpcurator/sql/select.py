@@ -111,8 +111,8 @@ class Aggregate:
         return self.request.upper  # type: ignore[no-any-return]
 
     @property
-    def q(self) -> Fraction:
-        return self.request.qs[0]  # type: ignore[no-any-return]
+    def q(self) -> Fraction | None:
+        return self.request.qs[0] if self.request.qs else None
 
     @property
     def condition(self) -> str:
