@@ -128,8 +128,11 @@ def test_a_method_is_its_request_answered(table, tmp_path):
         lambda c: c.statistic(
             StatisticRequest.mean("age", 17, 60, "hours > 10", by="sex"), epsilon=0.5
         ),
-        lambda c: c.add_analyst("ann") and c.analyst("ann").statistic(
-            StatisticRequest.mean("age", 17, 60, "hours > 10", by="sex"), epsilon=0.5
+        lambda c: (
+            c.add_analyst("ann")
+            and c.analyst("ann").statistic(
+                StatisticRequest.mean("age", 17, 60, "hours > 10", by="sex"), epsilon=0.5
+            )
         ),
     ):
         with Curator.open(
