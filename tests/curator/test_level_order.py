@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpcurator.curator import level_order
-from dpcurator.curator.overlap_filter import Charge, _TableIndex
+from dpcurator.curator.overlap_filter import Charge
+from dpcurator.curator.table_index import TableIndex
 from dpcurator.queries import Query, Schema, parse_query
 
 SCHEMA = Schema.from_dict(
@@ -56,7 +57,7 @@ ops = st.lists(
 )
 
 
-def _brute(index: _TableIndex, q: Query) -> float:
+def _brute(index: TableIndex, q: Query) -> float:
     if q.is_empty or not index.n:
         return 0.0
     mask = index._hull_mask(q)
@@ -70,7 +71,7 @@ def test_the_scan_equals_a_pass_over_every_charge(steps, sizes):
     saved = level_order.CHUNK, level_order.TAIL
     level_order.CHUNK, level_order.TAIL = chunk, tail
     try:
-        index = _TableIndex(SCHEMA)
+        index = TableIndex(SCHEMA)
         next_id = 0
         for op in steps:
             if op[0] == "add":
@@ -101,7 +102,7 @@ def test_the_scan_equals_a_pass_over_every_charge(steps, sizes):
 def test_a_query_meeting_a_high_charge_stops_after_one_chunk():
     """The point of the order: 20,000 charges, the query meets the highest one; the scan
     reads one chunk of the order (and the tail), not the history."""
-    index = _TableIndex(SCHEMA)
+    index = TableIndex(SCHEMA)
     rng = np.random.default_rng(0)
     for i in range(20_000):
         a = int(rng.integers(0, 10))
@@ -131,7 +132,7 @@ def test_a_forks_order_serves_the_filter_and_the_next_fork_but_not_its_own_rows(
     """An order built by a fork on the rows it shares with its filter is kept for the
     filter and every later fork (one build, not one per request); an order that holds a
     fork's own provisional rows never leaves that fork."""
-    live = _TableIndex(SCHEMA)
+    live = TableIndex(SCHEMA)
     for i in range(50):
         live.add(Charge(i, "t", None, _query((i % 10, 9, None, 0, None)), Fraction(1), Fraction(i)))
     q = _query((0, 9, None, 0, None))
@@ -154,7 +155,7 @@ def test_a_level_lowered_while_the_order_is_built_leaves_it_sorted(monkeypatch):
     """Forks lower the shared levels without a lock: a level lowered between the sort
     and the recording of levels must not leave the recorded levels out of order (the
     scan would stop before a higher chunk and under-estimate the loss)."""
-    live = _TableIndex(SCHEMA)
+    live = TableIndex(SCHEMA)
     live.add(Charge(1, "t", None, _query((0, 0, None, 0, None)), Fraction(1), Fraction(10)))
     live.add(Charge(2, "t", None, _query((5, 5, None, 0, None)), Fraction(1), Fraction(9)))
     f1, f2 = live.snapshot(), live.snapshot()
