@@ -178,6 +178,13 @@ def _wire(value: Any) -> Any:
     return value
 
 
+def _what(request: object) -> str:
+    """What was given instead of a statistic request, in a few words (never its repr)."""
+    if isinstance(request, StatisticRequest):
+        return f"a request of kind {str(request.kind)[:40]!r}"
+    return f"a {type(request).__name__}"
+
+
 class Client:
     """An analyst's connection to a dpcurator service (``url``, bearer ``token``).
 
@@ -404,7 +411,7 @@ class Client:
         if not isinstance(request, StatisticRequest) or request.kind not in STATISTICS:
             raise errors.InvalidParameter(
                 "a statistic is a StatisticRequest of a mean, variance, stdev, share, "
-                f"quantile, quantiles or median, got {request!r}"
+                f"quantile, quantiles or median, got {_what(request)}"
             )
         body = self._body(**request.args(), epsilon=epsilon, rho=rho, mu=mu, table=table)
         return _statistic(self._call("POST", f"/v1/{request.kind}", json=body))

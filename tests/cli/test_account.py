@@ -260,3 +260,23 @@ def test_hostile_numbers_are_refused_at_once(args, says):
     integer: such text is refused in one line, at once."""
     p = run(*args)
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--delta", "1e400", "pure:1"], 2),
+        (["--epsilon", "1e400", "pure:1"], 2),
+        (["pure:1e400"], 2),
+        (["--delta", "5e-324", "pure:1"], 0),
+        (["pure:5e-324x3"], 0),
+        (["--delta", "-0", "approx:1," + "9" * 300], 2),
+    ],
+)
+def test_extremes_as_written(args, code):
+    """The smallest and beyond-the-largest floats, written as text: read exactly or
+    refused in one line, never a traceback."""
+    p = run(*args)
+    assert p.returncode == code, p.stderr
+    if code:
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dpcurator import Curator
 from dpcurator.client import Client
 from dpcurator.curator.curator import AnalystSession
-from dpcurator.errors import InvalidParameter
+from dpcurator.errors import DpCuratorError, InvalidParameter
 from dpcurator.mechanisms import SeededRandomSource
 from dpcurator.privacy import PureDP
 from dpcurator.queries import Schema, parse_workload_text
@@ -185,3 +185,45 @@ def test_only_the_curator_takes_the_private_analyst_argument(table):
         with pytest.raises(InvalidParameter, match="unknown argument '_analyst'"):
             c.analyst("ann").mean("age", 17, 60, _analyst="bob", epsilon=0.5)
         assert c.ledger.charges_after(0) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "mean(age, 0, 1)",
+        None,
+        StatisticRequest("count"),
+        StatisticRequest.units(),
+        StatisticRequest("x" * 10**6),
+    ],
+)
+def test_the_client_refuses_what_is_not_a_statistic_before_sending(bad):
+    """Checked before any request leaves (no server listens on port 9): one short line."""
+    c = Client("http://127.0.0.1:9", "token")
+    with pytest.raises(InvalidParameter) as err:
+        c.statistic(bad, epsilon=1)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        StatisticRequest.mean("age", 5e-324, 1e400),
+        StatisticRequest.mean("age", -(10**400), 10**400),
+        StatisticRequest.variance("age", float("nan"), 1),
+        StatisticRequest.quantile("age", 5e-324),
+        StatisticRequest.quantiles("age", [0.5] * 10**5),
+        StatisticRequest.median("age", candidates=[10**400]),
+        StatisticRequest.mean("age", 0, 1, by=["sex"] * 10**5),
+        StatisticRequest.mean("age", 0, 1, "(" * 10**4 + "age < 3" + ")" * 10**4),
+        StatisticRequest.share({"not": "a condition"}),
+        StatisticRequest("mean", "age", [0], [1]),
+    ],
+)
+def test_extreme_and_hand_built_requests_charge_nothing(table, request_):
+    data, schema = table
+    with Curator.open(data=data, schema=schema, budget=PureDP(1)) as c:
+        with pytest.raises(DpCuratorError) as err:
+            c.statistic(request_, epsilon=0.5)
+        assert "\n" not in str(err.value)
+        assert c.ledger.charges_after(0) == [] and c.remaining() == 1
