@@ -14,6 +14,7 @@ import numpy as np
 from dpcurator.errors import InvalidParameter
 from dpcurator.privacy import _rigor
 from dpcurator.privacy._rigor import Written
+from dpcurator.privacy.bounds import Sums
 from dpcurator.privacy.composition import METHODS, Composition, accountants, compose, fmt_up
 from dpcurator.privacy.specs import KINDS, parse_spec
 
@@ -174,7 +175,7 @@ def _deltas(specs: list) -> list[tuple[str, int, Fraction]]:
     for s in specs:
         e = s.event
         if isinstance(e, Guaranteed) and isinstance(e.guarantee, ApproxDP):
-            out.append((s.text, s.count, Fraction(repr(float(e.guarantee.delta)))))
+            out.append((s.text, s.count, _rigor.worst_high(e.guarantee.delta)))  # as accounted
     return out
 
 
@@ -184,18 +185,14 @@ def why_none(result: Composition, specs: list) -> str:
     if result.target_delta is not None and ds:
         total = sum((c * d for _, c, d in ds), Fraction(0))
         parts = " + ".join(f"{c} x {float(d):g} ({t})" for t, c, d in ds)
-        keep = _rigor.exact_powers((1 - d, c) for _, c, d in ds)
-        floor = 1 - (
-            float(keep) if keep is not None else math.prod((1 - float(d)) ** c for _, c, d in ds)
-        )
-        target = _rigor.worst_low(result.target_delta)
-        if (1 - keep if keep is not None else Fraction(floor)) > target:
+        # the floor as the accountants bound it (prod(1 - delta_i) from below)
+        floor = 1 - Sums.of((0, d, c) for _, c, d in ds).keep_lo
+        if floor > _rigor.worst_low(result.target_delta):
             return (
                 f"the mechanisms' own deltas add up to {parts} = {float(total):.6g}, and no "
-                f"composition has a delta below 1 - prod(1 - delta_i) = {floor:.10g}, which "
+                f"composition has a delta below 1 - prod(1 - delta_i) = {float(floor):.10g}, which "
                 f"exceeds the target delta = {float(result.target_delta):.10g}; give a larger "
-                "--delta "
-                "or mechanisms with smaller deltas"
+                "--delta or mechanisms with smaller deltas"
             )
     applicable = [n for n, r in result.methods.items() if not r.rigorous]
     if applicable:
