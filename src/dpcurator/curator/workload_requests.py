@@ -168,9 +168,9 @@ class WorkloadRequests:
 
     def _release_strategy(self, plan: Plan, t: str, analyst: str | None) -> list[DerivedAnswer]:
         """Charge every measured table of ``plan``'s strategy in one transaction (each on
-        the points of its cells, its region: every point for a table that partitions the
-        domain, like a histogram), count and noise their cells, and derive every asked
-        answer by least squares."""
+        its pieces: the points where its cells cost the same, every point for a table
+        that partitions the domain, like a histogram), count its cells, form and noise
+        its rows, and derive every asked answer by least squares."""
         from statistics import NormalDist
 
         sp = plan.strategy
@@ -179,13 +179,13 @@ class WorkloadRequests:
         schema = self._schema(t)
         cur = self.budget.currency
         everywhere = Query(schema, (), "total")
-        batch, noises, cells = [], [], []
         for m in sp.measurements:  # every limit before any cell is built
-            if len(m.cells) > self.limits.max_cells:
+            if max(len(m.cells), m.rows) > self.limits.max_cells:
                 raise TooLarge(
-                    f"the strategy's table {m.label} has {len(m.cells)} cells, over the limit "
-                    f"max_cells = {self.limits.max_cells}"
+                    f"the strategy's table {m.label} has {max(len(m.cells), m.rows)} cells, "
+                    f"over the limit max_cells = {self.limits.max_cells}"
                 )
+        noises, cells = [], []
         for m in sp.measurements:  # every noise before the charge
             cost = self.budget.cost(**{cur: m.value})
             noise, _ = self._noise(cost, 1)
@@ -196,13 +196,21 @@ class WorkloadRequests:
                 if i % 1024 == 0:
                     deadlines.check()  # a request's deadline (see dpcurator.deadlines)
                 qs.append(Query.from_coverages(schema, c))
-            region = Query.from_coverages(schema, dict(m.region)) if m.region else everywhere
-            batch.append(Request(region, cost.amount, "strategy", m.label, str(noise)))
             noises.append(noise)
             cells.append(qs)
+        pieces = sp.charges(schema, plan.budget)
+        batch = []
+        for piece in pieces:
+            m = sp.measurements[piece.measurement]
+            unit = self.budget.cost(**{cur: m.value}).amount
+            if piece.additive != unit * piece.factor:
+                raise InvalidParameter(f"internal error: {m.label}: a charge differs from the plan")
+            batch.append(
+                Request(piece.region, piece.additive, "strategy", piece.label, str(piece.noise))
+            )
         if len(batch) > self.limits.max_charges:
             raise TooLarge(
-                f"the strategy measures {len(batch)} tables, over the limit max_charges = "
+                f"the strategy makes {len(batch)} charges, over the limit max_charges = "
                 f"{self.limits.max_charges}"
             )
         flat = [q for qs in cells for q in qs]
@@ -212,21 +220,33 @@ class WorkloadRequests:
             # counted, noised and reconstructed once admitted; released once committed
             truth = np.asarray(self._backends[t].counts(flat), np.int64)
             noisy, start = [], 0
-            for qs, noise in zip(cells, noises, strict=True):
-                drawn = np.atleast_1d(noise.sample(size=len(qs), rng=self._rng)).astype(np.int64)
-                noisy.append(truth[start : start + len(qs)] + drawn)
+            for m, qs, noise in zip(sp.measurements, cells, noises, strict=True):
+                rows = m.measure(truth[start : start + len(qs)])
+                drawn = np.atleast_1d(noise.sample(size=len(rows), rng=self._rng)).astype(np.int64)
+                noisy.append(rows + drawn)
                 start += len(qs)
             estimates.extend(float(v) for v in sp.reconstruct(noisy))
             texts = [q.text or "total" for q in plan.queries]
             records: list[object] = []
-            for i, (qs, y) in enumerate(zip(cells, noisy, strict=True)):
+            first = {}
+            for i, piece in enumerate(pieces):
+                first.setdefault(piece.measurement, i)
+            for i, piece in enumerate(pieces):
+                j = piece.measurement
+                m, qs, y = sp.measurements[j], cells[j], noisy[j]
                 rec: dict[str, object] = {
                     "strategy": sp.name,
                     # i-th of n charges written consecutively in one transaction: the
                     # release's charges are ids (this one - i) .. (this one - i + n - 1)
-                    "part": [i, len(cells)],
-                    "cells": {q.text: int(v) for q, v in zip(qs, y, strict=True)},
+                    "part": [i, len(pieces)],
                 }
+                if first[j] != i:  # another weight level of a measurement recorded above
+                    rec["piece of"] = first[j]
+                elif m.weights is None:
+                    rec["cells"] = {q.text: int(v) for q, v in zip(qs, y, strict=True)}
+                else:  # the rows, and what each is: re-derivable from the weights
+                    rec["cells"] = {f"row {r + 1}": int(v) for r, v in enumerate(y)}
+                    rec["weights"] = {"cells": [q.text for q in qs], **m.weights.to_json()}
                 if i == 0:  # the asked answers, derived from every charge of the release
                     rec["derived"] = dict(zip(texts, estimates, strict=True))
                 records.append(rec)

@@ -169,22 +169,29 @@ def _totals(noises: Sequence[Any]) -> tuple[float, float]:
     return ea, ev
 
 
+def _exact_additive(budget: PlanBudget, value: float) -> Fraction:
+    """The additive amount the curator charges for a planned value, exactly."""
+    return exact(value) ** 2 if budget.currency == "mu" else exact(value)
+
+
 def _guarantee(
     queries: Sequence[Query],
     budget: PlanBudget,
-    values: Sequence[float],
-    noises: Sequence[Any],
+    additive: Sequence[Fraction],
+    noises: Sequence[Any] | None,
     time_limit: float | None,
 ) -> FinalGuarantee:
-    """The tightest rigorous statement for the release, over the worst point's queries."""
-    additive = [budget.additive(v) for v in values]
-    res = max_overlap(queries, weights=additive, time_limit=time_limit)
+    """The tightest rigorous statement for the release, over the worst point's queries.
+
+    ``additive``: what each query costs in the additive unit, exactly (the curator
+    charges the decimals' exact values); ``noises``: each query's noise, for the (eps,
+    delta) accountants that read the mechanisms themselves (None: a count of
+    sensitivity 1 is not what every query is, as for weighted measurements' pieces:
+    only the additive theorem applies)."""
+    res = max_overlap(queries, weights=[float(a) for a in additive], time_limit=time_limit)
     idx = list(res.witness_queries)
-    # the worst point's total, exactly (the curator charges the decimals' exact values)
-    exact_sum = sum(
-        (exact(values[i]) ** 2 if budget.currency == "mu" else exact(values[i]) for i in idx),
-        Fraction(0),
-    )
+    # the worst point's total, exactly
+    exact_sum = sum((additive[i] for i in idx), Fraction(0))
     total = float(res.value if res.exact else res.upper_bound)
     # The exact total: the witness's exact costs, unless the solver's figure is above
     # them by more than its own float rounding (an upper bound, not a witness's sum).
@@ -247,12 +254,12 @@ def _guarantee(
         )
     assert isinstance(g, ApproxDP)
     return replace(
-        _approx_guarantee(queries, budget, values, noises, res, total, cert, time_limit),
+        _approx_guarantee(queries, budget, noises, res, total, cert, time_limit),
         total=exact_total,
     )
 
 
-def _approx_guarantee(queries, budget, values, noises, res, rho_total, cert, time_limit):
+def _approx_guarantee(queries, budget, noises, res, rho_total, cert, time_limit):
     """(eps, delta) target planned in zCDP: the tightest of zCDP, GDP and PLD accounting."""
     from dpcurator.privacy.composition import compose
     from dpcurator.privacy.discrete_gaussian import effective_gdp_mu
@@ -269,8 +276,10 @@ def _approx_guarantee(queries, budget, values, noises, res, rho_total, cert, tim
             "2020, Cor. 13",
         )
     ]
-    sigmas = sorted({float(n.sigma) for n in noises})
-    if len(sigmas) == 1:
+    sigmas = [] if noises is None else sorted({float(n.sigma) for n in noises})
+    if noises is None:
+        pass  # weighted pieces: zCDP, additive in each point's column norms, is the theorem
+    elif len(sigmas) == 1:
         # identical mechanisms: the composition of the worst point's queries is the worst
         # over every point (adding a mechanism never helps), so the tight theorems apply
         k = len(res.witness_queries)
@@ -568,13 +577,24 @@ def make_plan(
         if best is not None and (direct_obj is None or best.objective < direct_obj):  # type: ignore[operator]
             chosen = plans[best.name]
     if chosen is None:
-        fin = _guarantee(qs, budget, chosen_values, chosen_noises, time_limit)
+        fin = _guarantee(
+            qs,
+            budget,
+            [_exact_additive(budget, v) for v in chosen_values],
+            chosen_noises,
+            time_limit,
+        )
     else:
-        m_values = [m.value for m in chosen.measurements]
-        m_noises = [m.noise for m in chosen.measurements]
-        # each measurement is charged on its region: the worst point over them all
-        regions = [Query.from_coverages(qs[0].schema, dict(m.region)) for m in chosen.measurements]
-        fin = _guarantee(regions, budget, m_values, m_noises, time_limit)
+        # each measurement is charged on its pieces: the worst point over them all
+        pieces = chosen.charges(qs[0].schema, budget)
+        weighted = any(m.weights is not None for m in chosen.measurements)
+        fin = _guarantee(
+            [p.region for p in pieces],
+            budget,
+            [p.additive for p in pieces],
+            None if weighted else [p.noise for p in pieces],
+            time_limit,
+        )
     if not fin.within_budget:  # never: costs are scaled to (1 - 1e-9) and rounded down
         raise InvalidParameter(f"internal error: the plan exceeds its budget ({fin.describe()})")
     alt = None

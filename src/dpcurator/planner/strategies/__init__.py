@@ -24,9 +24,8 @@ cost on every point, charged by the curator's filter like any other (docs/design
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,53 +38,17 @@ from dpcurator.planner.strategies import marginals as mg
 from dpcurator.planner.strategies import ranges as rg
 from dpcurator.planner.strategies.costs import PRUNE, precision
 from dpcurator.planner.strategies.domain import AtomDomain, atom_domain
-from dpcurator.privacy.filters import exact
+from dpcurator.planner.strategies.measurements import (
+    Measurement,
+    Piece,
+    StrategyPlan,
+    per_profile,
+    priced,
+)
 from dpcurator.queries import Query
 
 #: Strategy names: ``auto`` picks the candidate with the least expected error.
 STRATEGIES = ("auto", "direct", "marginals", "identity", "tree")
-
-#: Costs are scaled to (1 - SAFETY) of the budget before rounding down.
-SAFETY = 1e-9
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One measured table: disjoint cells, each counted with exact ``noise``, charged
-    once at ``value`` (the cost handed to the curator, in the budget's unit) on the
-    points of ``region``, the union of the cells (attribute -> intervals; empty: every
-    point, as for a table that partitions the domain)."""
-
-    label: str
-    cells: tuple[dict[str, tuple], ...]
-    value: float
-    noise: Any
-    region: dict[str, tuple] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StrategyPlan:
-    """A chosen strategy: its measurements, the exact variance of every answer it gives,
-    and the least-squares reconstruction (measured noisy cells -> answers)."""
-
-    name: str
-    detail: str
-    measurements: tuple[Measurement, ...]
-    variances: np.ndarray  # per workload query (0 for an empty query)
-    rebuild: Callable[[Sequence[np.ndarray]], np.ndarray] = field(compare=False, repr=False)
-
-    def reconstruct(self, noisy: Sequence[Sequence[int]]) -> np.ndarray:
-        """The answers of every workload query from the noisy cells of every
-        measurement (in order): the generalised least-squares estimate."""
-        if len(noisy) != len(self.measurements):
-            raise InvalidParameter("one list of noisy cells per measurement")
-        arrays = []
-        for m, y in zip(self.measurements, noisy, strict=True):
-            a = np.asarray(y, float)
-            if a.shape != (len(m.cells),) or not np.isfinite(a).all():
-                raise InvalidParameter(f"{m.label}: one finite value per cell")
-            arrays.append(a)
-        return self.rebuild(arrays)
 
 
 @dataclass(frozen=True)
@@ -135,34 +98,6 @@ def figures(
     return obj, total, worst, per_table
 
 
-def _priced(
-    budget: PlanBudget, costs: np.ndarray, cover: np.ndarray | None = None
-) -> tuple[list[float], list[Any]]:
-    """Values to charge (rounded down from (1 - SAFETY) of the additive costs) and their
-    exact noises; checks in exact fractions that at every piece of the domain the
-    measurements covering it (``cover``: measurements x pieces, None: all of them
-    everywhere) sum to at most the budget."""
-    c = np.asarray(costs, float) * (1 - SAFETY)
-    values = [budget.value(float(x)) for x in c]
-    additive = [exact(v) ** 2 if budget.currency == "mu" else exact(v) for v in values]
-    over = cover if cover is not None else np.ones((len(values), 1), bool)
-    for piece in over.T:
-        if sum((a for a, on in zip(additive, piece, strict=True) if on), Fraction(0)) > Fraction(
-            budget.amount
-        ):
-            raise InvalidParameter("internal error: a strategy's costs exceed the budget")
-    cache: dict[float, Any] = {}
-    noises = [cache.setdefault(v, budget.noise(v)) if v not in cache else cache[v] for v in values]
-    return values, noises
-
-
-def _per_profile(omega: np.ndarray | None, profile_of: np.ndarray, k: int) -> np.ndarray | None:
-    if omega is None:
-        return None
-    live = profile_of >= 0
-    return np.bincount(profile_of[live], weights=omega[live], minlength=k)
-
-
 def plan_marginals(
     queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget
 ) -> StrategyPlan:
@@ -172,13 +107,13 @@ def plan_marginals(
     if dom.d == 0:
         raise InvalidParameter("no query constrains any attribute")
     model = mg.marginals_model(dom)
-    om = _per_profile(omega, model.profile_of, len(model.profiles))
+    om = per_profile(omega, model.profile_of, len(model.profiles))
     tables, costs = mg.optimise(model, om, budget.amount, budget.currency)
-    values, noises = _priced(budget, costs)
+    values, noises = priced(budget, costs)
     w = np.array([1.0 / n.variance() for n in noises])
     sub = mg.restricted(model, tables)
-    per_profile = sub.variances(w)
-    var = np.where(model.profile_of >= 0, per_profile[np.maximum(model.profile_of, 0)], 0.0)
+    by_profile = sub.variances(w)
+    var = np.where(model.profile_of >= 0, by_profile[np.maximum(model.profile_of, 0)], 0.0)
     shapes = [mg.table_shape(dom, t) for t in tables]
 
     def rebuild(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -217,7 +152,7 @@ def plan_ranges(
     if "range model" not in memo:
         memo["range model"] = rg.range_model(dom, ())
     model = memo["range model"]
-    om = _per_profile(omega, model.profile_of, len(model.queries))
+    om = per_profile(omega, model.profile_of, len(model.queries))
     options: list[_Hierarchy] = []
     if name == "identity":
         options.append(_Hierarchy.of_levels("", rg.identity_levels(n), [budget.amount]))
@@ -236,7 +171,7 @@ def plan_ranges(
         raise InvalidParameter(f"{dom.names[0]!r} has too few segments for a tree")
     best = min(options, key=lambda h: h.score(model, om, budget.currency))
     cover = np.array([[any(s <= x < e for s, e in part) for x in range(n)] for part in best.parts])
-    values, noises = _priced(budget, np.asarray(best.costs), cover)
+    values, noises = priced(budget, np.asarray(best.costs), cover.astype(np.int64))
     nodes = [node for part in best.parts for node in part]
     w = np.array(
         [1.0 / x.variance() for x, part in zip(noises, best.parts, strict=True) for _ in part]
@@ -409,6 +344,7 @@ __all__ = [
     "STRATEGIES",
     "Candidate",
     "Measurement",
+    "Piece",
     "StrategyPlan",
     "direct_lower_bound",
     "evaluate",

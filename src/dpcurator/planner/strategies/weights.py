@@ -1,0 +1,151 @@
+"""Weighted measurements: rows that are integer combinations of a table's cell counts.
+
+A measured table's rows need not be its cells. A *weighted* measurement releases
+y_r = sum_c k_rc n_c + Z_r for integer weights k_rc over disjoint cells c, each row with
+independent exact noise Z_r of one kind (discrete Laplace or discrete Gaussian, the
+noise of a count at a *unit* cost u). One row changes by |k_rc| when a row of the data
+at a point of cell c is added or removed, so, for an integer shift, the row's loss at
+that point is exactly |k_rc| u under pure DP (the discrete Laplace's likelihood ratio)
+and k_rc^2 u under zCDP (the discrete Gaussian's Renyi divergence, Canonne, Kamath &
+Steinke 2020, Prop. 5); summed over the independent rows (basic composition, Dwork &
+Roth 2014 Thm 3.16; zCDP composition, Bun & Steinke 2016 Lemma 1.7) the measurement
+costs a point of cell c
+
+    F_c u,   F_c = sum_r |k_rc| (epsilon)   or   sum_r k_rc^2 (rho, and mu^2 for GDP),
+
+the column norm of c. A measurement is therefore a set of (cells, cost) *pieces*, one
+per distinct F_c, which the curator's per-point filter charges like any other region
+(docs/design.md, *Weighted measurements*). A counting table is the case of one row per
+cell with weight 1 (F_c = 1).
+
+The weights are integers so that the measured value is an integer and the noise exact;
+real weights (HDMM's p-Identity, the residual bases of ResidualPlanner) are scaled and
+rounded by the strategies that use them, and the errors reported are those of the
+integer weights as measured.
+
+The weights of every strategy here are Kronecker products of per-attribute matrices
+(McKenna, Miklau, Hay & Machanavajjhala, VLDB 2018, Sec. 5), so they are kept as their
+factors: nothing of the table's size squared is built.
+
+Pure: arrays in, arrays out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpcurator.errors import InvalidParameter, TooLarge
+
+#: The largest absolute value a measured row may reach (int64 arithmetic stays exact).
+ROW_LIMIT = 2**62
+
+
+def _order(currency: str) -> int:
+    """1 for pure DP (the loss is linear in the shift), 2 for zCDP and GDP (quadratic)."""
+    if currency not in ("epsilon", "rho", "mu"):
+        raise InvalidParameter(f"unknown currency {currency!r}")
+    return 1 if currency == "epsilon" else 2
+
+
+@dataclass(frozen=True, eq=False)
+class KroneckerWeights:
+    """Integer row weights over a table's cells: the Kronecker product of ``factors``.
+
+    Factor i is an integer matrix (rows_i x cells_i); the table's cells are the product
+    of the factors' columns in row-major order (the first factor's axis slowest), and so
+    are its rows: row (r_1, ..., r_d) has weight prod_i factor_i[r_i, c_i] on cell
+    (c_1, ..., c_d)."""
+
+    factors: tuple[np.ndarray, ...]
+
+    def __post_init__(self) -> None:
+        fs = []
+        for f in self.factors:
+            a = np.asarray(f)
+            if a.ndim != 2 or a.size == 0 or a.dtype.kind not in "iu":
+                raise InvalidParameter("each weight factor must be a non-empty integer matrix")
+            a = a.astype(np.int64)
+            if not np.any(a, axis=0).all():
+                raise InvalidParameter("every cell must have a non-zero weight in some row")
+            a.setflags(write=False)
+            fs.append(a)
+        if not fs:
+            raise InvalidParameter("a weighted measurement needs at least one factor")
+        object.__setattr__(self, "factors", tuple(fs))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Cells per axis."""
+        return tuple(f.shape[1] for f in self.factors)
+
+    @property
+    def rows(self) -> int:
+        return math.prod(f.shape[0] for f in self.factors)
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.shape)
+
+    def column_factor(self, currency: str) -> np.ndarray:
+        """F_c per cell (row-major): each cell's cost in units of the unit cost."""
+        p = _order(currency)
+        out = np.ones(1, np.int64)
+        for f in self.factors:
+            col = (np.abs(f) if p == 1 else f * f).sum(axis=0)
+            out = np.multiply.outer(out, col).ravel()
+        return out
+
+    def apply(self, counts: Any) -> np.ndarray:
+        """The exact rows (row-major) from the cells' exact counts (row-major)."""
+        x = np.asarray(counts)
+        if x.shape != (self.cells,) or x.dtype.kind not in "iu":
+            raise InvalidParameter(f"one integer count per cell ({self.cells}) is needed")
+        bound = int(np.abs(x).sum()) if x.size else 0
+        for f in self.factors:
+            bound *= int(np.abs(f).max())
+        if bound > ROW_LIMIT:
+            raise TooLarge(
+                "the weighted rows would exceed 2^62: too many rows or weights too large"
+            )
+        y = x.astype(np.int64).reshape(self.shape)
+        for axis, f in enumerate(self.factors):
+            y = np.moveaxis(np.tensordot(f, y, axes=([1], [axis])), 0, axis)
+        return np.ascontiguousarray(y).reshape(-1)
+
+    def dense(self) -> np.ndarray:
+        """The whole (rows x cells) matrix, for small tables and checks."""
+        out = np.ones((1, 1), np.int64)
+        for f in self.factors:
+            out = np.kron(out, f)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The weights as recorded in the ledger (enough to re-derive the estimates)."""
+        return {"kronecker": [f.tolist() for f in self.factors]}
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, KroneckerWeights)
+            and len(self.factors) == len(other.factors)
+            and all(np.array_equal(a, b) for a, b in zip(self.factors, other.factors, strict=True))
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(f.tobytes() for f in self.factors))
+
+
+def centred(n: int) -> np.ndarray:
+    """n I - J: the residual (all-ones complement) of one attribute of n atoms as an
+    integer tight frame. Its Gram matrix is n^2 (I - J/n), n^2 times the projection on
+    the complement; its columns have squared norm n (n - 1), so per unit of zCDP it
+    informs the residual exactly as much as an orthonormal basis (whose columns have
+    squared norm (n - 1)/n): the residual measurement of Xiao, Wang, Ding & Kifer
+    (NeurIPS 2023), with integer weights."""
+    return n * np.eye(n, dtype=np.int64) - np.ones((n, n), np.int64)
+
+
+__all__ = ["ROW_LIMIT", "KroneckerWeights", "centred"]
