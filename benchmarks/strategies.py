@@ -186,13 +186,13 @@ def _spread(plan) -> float | None:
         v = np.array([mom[id(n)] for n in plan.noises])
         return float(np.sqrt(np.sum(v[:, 1] - v[:, 0] ** 2)))
     sp = plan.strategy
-    sizes = [len(m.cells) for m in sp.measurements]
+    sizes = [m.rows for m in sp.measurements]
     if sum(sizes) > 2000:
         return None
     eye = np.eye(sum(sizes))
     lmap = np.array([sp.reconstruct(np.split(e, np.cumsum(sizes)[:-1])) for e in eye]).T
     g = lmap.T @ lmap
-    mom = np.array([_moments(m.noise) for m in sp.measurements for _ in m.cells])
+    mom = np.array([_moments(m.noise) for m in sp.measurements for _ in range(m.rows)])
     var, m4 = mom[:, 0], mom[:, 1]
     gs = g * var[None, :]
     return float(np.sqrt(np.sum(np.diag(g) ** 2 * (m4 - 3 * var**2)) + 2 * np.sum(gs * gs.T)))
@@ -235,7 +235,10 @@ def empirical(w: dict, releases: int = 20, target: float = 0.025, cap: int = 500
     else:
         planned = float(sp.variances.sum())
         cells = [[Query.from_coverages(schema, c) for c in m.cells] for m in sp.measurements]
-        counts = [np.asarray(be.counts(qs), np.int64) for qs in cells]
+        counts = [
+            m.measure(np.asarray(be.counts(qs), np.int64))
+            for qs, m in zip(cells, sp.measurements, strict=True)
+        ]
 
         def one() -> float:
             noisy = [

@@ -18,6 +18,9 @@ from dpcurator.privacy.filters import largest_zcdp_within
 
 #: Significant digits of a planned cost (rounded *down*, so rounding never overspends).
 COST_DIGITS = 6
+#: ... of a weighted measurement's unit cost: a point pays it F times (F up to 10^12),
+#: so its rounding would otherwise waste up to F x 10^-6 of it.
+UNIT_DIGITS = 12
 
 
 def round_down(x: float, digits: int = COST_DIGITS) -> float:
@@ -86,9 +89,10 @@ class PlanBudget:
 
     # --- additive amounts <-> the values the curator is given --------------------------
 
-    def value(self, additive: float) -> float:
-        """The cost to hand to the curator for an additive amount, rounded down."""
-        return round_down(math.sqrt(additive) if self.currency == "mu" else additive)
+    def value(self, additive: float, digits: int = COST_DIGITS) -> float:
+        """The cost to hand to the curator for an additive amount, rounded down (to
+        ``digits`` significant digits)."""
+        return round_down(math.sqrt(additive) if self.currency == "mu" else additive, digits)
 
     def additive(self, value: float) -> float:
         """The additive amount the curator charges for a value (mu is squared)."""

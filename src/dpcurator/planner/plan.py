@@ -485,7 +485,7 @@ def make_plan(
         [strategy]
         if strategy not in ("auto", "direct")
         else (
-            ["marginals", "identity", "tree"]
+            ["marginals", "identity", "tree", "p-identity"]
             if strategy == "auto" and allocation == "optimal"
             else []
         )

@@ -45,10 +45,12 @@ from dpcurator.planner.strategies.measurements import (
     per_profile,
     priced,
 )
+from dpcurator.planner.strategies.products import plan_products
+from dpcurator.planner.strategies.weights import KroneckerWeights, centred
 from dpcurator.queries import Query
 
 #: Strategy names: ``auto`` picks the candidate with the least expected error.
-STRATEGIES = ("auto", "direct", "marginals", "identity", "tree")
+STRATEGIES = ("auto", "direct", "marginals", "identity", "tree", "p-identity")
 
 
 @dataclass(frozen=True)
@@ -102,31 +104,57 @@ def plan_marginals(
     queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget
 ) -> StrategyPlan:
     """The marginals strategy with costs optimised for ``omega`` (None: the largest
-    variance). Raises :class:`InvalidParameter` when it does not apply."""
+    variance): marginal tables and, under zCDP and GDP, residual measurements
+    (:func:`.marginals.marginals_model`). Raises :class:`InvalidParameter` when it does
+    not apply."""
     dom = atom_domain(queries, merge=True)
     if dom.d == 0:
         raise InvalidParameter("no query constrains any attribute")
-    model = mg.marginals_model(dom)
+    model = mg.marginals_model(dom, currency=budget.currency)
     om = per_profile(omega, model.profile_of, len(model.profiles))
-    tables, costs = mg.optimise(model, om, budget.amount, budget.currency)
-    values, noises = priced(budget, costs)
+    tables, residuals, costs = mg.optimise(model, om, budget.amount, budget.currency)
+    sub = mg.restricted(model, tables, residuals)
+    fac = sub.factors
+    factor = fac.astype(np.int64)[:, None]
+    values, noises = priced(budget, costs / fac, factor)
     w = np.array([1.0 / n.variance() for n in noises])
-    sub = mg.restricted(model, tables)
     by_profile = sub.variances(w)
     var = np.where(model.profile_of >= 0, by_profile[np.maximum(model.profile_of, 0)], 0.0)
-    shapes = [mg.table_shape(dom, t) for t in tables]
+    shapes = [mg.table_shape(dom, t) for t in tables + residuals]
+    n = len(tables)
 
     def rebuild(arrays: Sequence[np.ndarray]) -> np.ndarray:
-        measured = {t: a.reshape(s) for t, a, s in zip(tables, arrays, shapes, strict=True)}
-        return mg.reconstruct(sub, measured, dict(zip(tables, w, strict=True)))
+        ys = [a.reshape(s) for a, s in zip(arrays, shapes, strict=True)]
+        return mg.reconstruct(
+            sub,
+            dict(zip(tables, ys[:n], strict=True)),
+            dict(zip(tables, w[:n], strict=True)),
+            dict(zip(residuals, ys[n:], strict=True)),
+            dict(zip(residuals, w[n:], strict=True)),
+        )
 
-    ms = tuple(
-        Measurement(mg.table_name(dom, t), tuple(mg.table_cells(dom, t)), v, n)
-        for t, v, n in zip(tables, values, noises, strict=True)
-    )
+    ms = [
+        Measurement(mg.table_name(dom, t), tuple(mg.table_cells(dom, t)), v, x)
+        for t, v, x in zip(tables, values, noises, strict=False)
+    ]
+    for t, v, x in zip(residuals, values[n:], noises[n:], strict=True):
+        kw = KroneckerWeights(tuple(centred(dom.sizes[i]) for i in mg.attributes_of(t, dom.d)))
+        ms.append(
+            Measurement(
+                mg.table_name(dom, t).replace("marginal", "residual", 1),
+                tuple(mg.table_cells(dom, t)),
+                v,
+                x,
+                {},
+                kw,
+            )
+        )
     atoms = " x ".join(f"{n} {s}" for n, s in zip(dom.names, dom.sizes, strict=True))
-    detail = f"{len(tables)} tables over the atoms ({atoms})"
-    return StrategyPlan("marginals", detail, ms, var, rebuild)
+    parts = [f"{len(tables)} table{'s' if len(tables) != 1 else ''}"]
+    if residuals:
+        parts.append(f"{len(residuals)} residual measurement{'s' if len(residuals) != 1 else ''}")
+    detail = f"{' and '.join(parts)} over the atoms ({atoms})"
+    return StrategyPlan("marginals", detail, tuple(ms), var, rebuild)
 
 
 def plan_ranges(
@@ -296,6 +324,8 @@ def structured(
         return plan_marginals(queries, omega, budget)
     if name in ("identity", "tree"):
         return plan_ranges(queries, omega, budget, name, {} if memo is None else memo)
+    if name == "p-identity":
+        return plan_products(queries, omega, budget)
     raise InvalidParameter(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 

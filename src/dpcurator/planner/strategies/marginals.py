@@ -58,8 +58,12 @@ RANDOM_STARTS_SEED = 20180801
 TINY = 1e-13
 
 
-def _attrs(mask: int, d: int) -> list[int]:
+def attributes_of(mask: int, d: int) -> list[int]:
+    """The attribute indices in subset ``mask``, in order."""
     return [i for i in range(d) if mask >> i & 1]
+
+
+_attrs = attributes_of
 
 
 def _cells(mask: int, sizes: tuple[int, ...]) -> int:
@@ -106,9 +110,12 @@ class MarginalsModel:
     """The queries' residual profiles and the candidate tables, ready to optimise.
 
     ``profiles`` (K x R) holds the distinct profiles over the needed residuals ``rows``;
-    ``profile_of[q]`` is query q's (-1: an empty query, exactly 0). ``incidence``
-    (R x S) is 1/n_S where residual T lies in candidate table S, so that
-    lambda_T / N = incidence @ w."""
+    ``profile_of[q]`` is query q's (-1: an empty query, exactly 0). The candidates are
+    the marginal tables ``subsets`` then the residual measurements ``residuals`` (see
+    :func:`marginals_model`); ``incidence`` (R x candidates) is 1/n_S where residual T
+    lies in table S, and prod_{i in T} n_i for T's own residual measurement, so that
+    lambda_T / N = incidence @ w, w the candidates' row precisions. ``factor``: each
+    candidate's cost at a point in units of its rows' unit cost (1 for a table)."""
 
     domain: AtomDomain
     subsets: tuple[int, ...]
@@ -116,6 +123,13 @@ class MarginalsModel:
     incidence: np.ndarray
     profiles: np.ndarray
     profile_of: np.ndarray
+    residuals: tuple[int, ...] = ()
+    factor: np.ndarray | None = None
+
+    @property
+    def factors(self) -> np.ndarray:
+        n = len(self.subsets) + len(self.residuals)
+        return np.ones(n) if self.factor is None else self.factor
 
     def variances(self, w: np.ndarray) -> np.ndarray:
         """Per profile, at table precisions ``w``."""
@@ -125,24 +139,36 @@ class MarginalsModel:
         return self.profiles @ inv
 
     def fn(self, currency: str):
-        inc, prof = self.incidence, self.profiles
+        inc, prof, fac = self.incidence, self.profiles, self.factors
 
         def f(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            lam = inc @ precision(c, currency)
+            lam = inc @ precision(c / fac, currency)
             if not (lam > 0).all():  # a residual lost: some answer has no estimate
                 return np.full(len(prof), np.inf), np.zeros((len(prof), len(c)))
             inv = 1.0 / lam
             v = prof @ inv
-            jac = -(prof * inv**2) @ inc * precision_slope(c, currency)[None, :]
+            slope = precision_slope(c / fac, currency) / fac
+            jac = -(prof * inv**2) @ inc * slope[None, :]
             return v, jac
 
         return f
 
 
-def marginals_model(domain: AtomDomain, max_cells: int = MAX_TABLE_CELLS) -> MarginalsModel:
+def marginals_model(
+    domain: AtomDomain, max_cells: int = MAX_TABLE_CELLS, currency: str | None = None
+) -> MarginalsModel:
     """Profiles of every query and every candidate table (all attribute subsets with at
-    most ``max_cells`` cells). Raises :class:`InvalidParameter` when the strategy does
-    not apply (too many attributes, or a query needs a table that is too large)."""
+    most ``max_cells`` cells). Under zCDP and GDP (``currency`` rho or mu) each needed
+    residual T (T not empty, at most ``max_cells`` cells) is a candidate too: the
+    residual measurement with the integer rows (x)_{i in T} (n_i I - J) over the
+    marginal on T (:func:`dpcurator.planner.strategies.weights.centred`), which costs
+    every point prod_{i in T} n_i (n_i - 1) times its unit and informs residual T
+    alone: lambda_T / N = prod_{i in T} n_i w. With every residual so measured, the
+    optimal costs are ResidualPlanner's closed form (Xiao, Wang, Ding & Kifer, NeurIPS
+    2023, Thm 4.3), optimal over every linear Gaussian mechanism for marginals. Under
+    pure DP their L1 column norms, prod 2 (n_i - 1), make them no match for the tables.
+    Raises :class:`InvalidParameter` when the strategy does not apply (too many
+    attributes, or a query needs a table that is too large)."""
     d, sizes = domain.d, domain.sizes
     if d > MAX_ATTRIBUTES:
         raise InvalidParameter(
@@ -176,13 +202,27 @@ def marginals_model(domain: AtomDomain, max_cells: int = MAX_TABLE_CELLS) -> Mar
         for k, t in enumerate(row_masks):
             if t & s == t:
                 inc[k, j] = 1.0 / ns
+    residuals: tuple[int, ...] = ()
+    factor = np.ones(len(subsets))
+    if currency in ("rho", "mu"):
+        residuals = tuple(t for t in row_masks if t and _cells(t, sizes) <= max_cells)
+        res = np.zeros((len(row_masks), len(residuals)))
+        for j, t in enumerate(residuals):
+            res[where[t], j] = float(_cells(t, sizes))
+        inc = np.hstack([inc, res])
+        factor = np.concatenate([factor, [float(residual_factor(t, sizes)) for t in residuals]])
     uncovered = [t for k, t in enumerate(row_masks) if not inc[k].any()]
     if uncovered:
         names = ", ".join(domain.names[i] for i in _attrs(uncovered[0], d))
         raise InvalidParameter(
             f"a query needs a marginal on ({names}), which has more than {max_cells:,} cells"
         )
-    return MarginalsModel(domain, subsets, row_masks, inc, prof_mat, profile_of)
+    return MarginalsModel(domain, subsets, row_masks, inc, prof_mat, profile_of, residuals, factor)
+
+
+def residual_factor(mask: int, sizes: tuple[int, ...]) -> int:
+    """The squared column norm of residual ``mask``'s integer rows: prod n_i (n_i - 1)."""
+    return math.prod(sizes[i] * (sizes[i] - 1) for i in _attrs(mask, len(sizes)))
 
 
 def optimise(
@@ -190,15 +230,23 @@ def optimise(
     omega: np.ndarray | None,
     budget: float,
     currency: str,
-) -> tuple[tuple[int, ...], np.ndarray]:
-    """The tables to measure and their additive costs (summing to ``budget``), for the
-    weighted objective ``omega`` (per profile) or, when None, the largest variance.
+) -> tuple[tuple[int, ...], tuple[int, ...], np.ndarray]:
+    """The tables and residual measurements to make, and their additive costs at a
+    point (summing to ``budget``), for the weighted objective ``omega`` (per profile)
+    or, when None, the largest variance.
 
-    Starts: the workload's own tables; every candidate; the maximal needed residuals.
-    Tables left with less than PRUNE of the budget are dropped when what remains still
-    answers every query, and the rest re-optimised."""
+    With a residual measurement for every needed residual (zCDP and GDP), the answer is
+    ResidualPlanner's: every residual measured on its own, at costs c_T proportional to
+    sqrt(a_T F_T / inc_T) for a_T the weighted profiles' mass on T (the minimum of
+    sum_T a_T F_T / (2 inc_T c_T) under sum_T c_T = B, by Cauchy-Schwarz), optimal
+    over all linear Gaussian mechanisms for the weighted sum of variances (Xiao, Wang,
+    Ding & Kifer, NeurIPS 2023, Thm 4.3); for the largest variance, the convex search
+    from there. Otherwise, starts: the workload's own tables; every table; the maximal
+    needed residuals; candidates left with less than PRUNE of the budget are dropped
+    when what remains still answers every query, and the rest re-optimised."""
     subsets = model.subsets
-    m = len(subsets)
+    n_tables = len(subsets)
+    m = n_tables + len(model.residuals)
     own = np.zeros(m)
     for k in range(len(model.profiles)):
         top = max(
@@ -210,14 +258,23 @@ def optimise(
     for t in model.rows:
         if not any(t2 != t and t2 & t == t for t2 in model.rows):
             maximal[_smallest_superset(t, subsets, model.domain.sizes)] = 1.0
+    tables = np.r_[np.ones(n_tables), np.zeros(m - n_tables)]
     # The program is not convex under pure DP (a precision cosh(c) - 1 of the cost):
     # structured starts, then a fixed number of random ones from a fixed seed (public,
     # data-independent and reproducible: the same workload always gets the same plan).
-    starts = [np.where(own > 0, 1.0, 0.0), np.sqrt(own), np.ones(m), maximal]
+    starts = [np.where(own > 0, 1.0, 0.0), np.sqrt(own), tables, maximal]
     if currency == "epsilon" and m > 4:
         rng = np.random.default_rng(RANDOM_STARTS_SEED)
         starts += [rng.dirichlet(np.ones(m)) for _ in range(RANDOM_STARTS)]
     weights = np.ones(len(model.profiles)) if omega is None else omega
+    rp = _residual_planner(model)
+    if rp is not None:  # every needed residual measurable on its own: RP is optimal
+        sub = rp
+        c = _closed_form(sub, weights)
+        c = budget * c / c.sum()
+        if omega is None:
+            c, _ = minimise_max(sub.fn(currency), budget, c)
+        return sub.subsets, sub.residuals, c
     fn = model.fn(currency)
     c, _ = minimise_weighted(fn, weights, budget, starts)
     keep = c >= PRUNE * budget
@@ -233,7 +290,39 @@ def optimise(
             sub = _restrict(model, keep)
             if sub is not None:
                 model, c = sub, c[keep] * (budget / c[keep].sum())
-    return model.subsets, c
+    return model.subsets, model.residuals, c
+
+
+def _residual_planner(model: MarginalsModel) -> MarginalsModel | None:
+    """The model restricted to ResidualPlanner's candidates (every needed residual's own
+    measurement, the total by the one-cell table), or None when some needed residual has
+    no measurement of its own (too many cells)."""
+    if not model.residuals:
+        return None
+    need = set(model.rows) - {0}
+    if not need <= set(model.residuals) or (0 in model.rows and 0 not in model.subsets):
+        return None
+    keep = np.array(
+        [s == 0 and 0 in model.rows for s in model.subsets]
+        + [t in need for t in model.residuals]
+    )
+    return _restrict(model, keep)
+
+
+def _closed_form(model: MarginalsModel, weights: np.ndarray) -> np.ndarray:
+    """ResidualPlanner's costs (see :func:`optimise`): each needed residual measured on
+    its own (the total, T empty, by the one-cell table)."""
+    mass = weights @ model.profiles
+    start = np.zeros(len(model.subsets) + len(model.residuals))
+    own = {t: len(model.subsets) + j for j, t in enumerate(model.residuals)}
+    if 0 in model.subsets:
+        own.setdefault(0, model.subsets.index(0))
+    fac = model.factors
+    for k, t in enumerate(model.rows):
+        j = own.get(t)
+        if j is not None and model.incidence[k, j] > 0:
+            start[j] = np.sqrt(mass[k] * fac[j] / model.incidence[k, j])
+    return start
 
 
 def _smallest_superset(t: int, subsets: tuple[int, ...], sizes: tuple[int, ...]) -> int:
@@ -245,17 +334,33 @@ def _smallest_superset(t: int, subsets: tuple[int, ...], sizes: tuple[int, ...])
 
 
 def _restrict(model: MarginalsModel, keep: np.ndarray) -> MarginalsModel | None:
-    """The model with only the kept tables, or None if some query would be lost."""
+    """The model with only the kept candidates, or None if some query would be lost."""
     inc = model.incidence[:, keep]
     if not inc.any(axis=1).all():
         return None
-    subsets = tuple(s for s, k in zip(model.subsets, keep, strict=True) if k)
-    return MarginalsModel(model.domain, subsets, model.rows, inc, model.profiles, model.profile_of)
+    n = len(model.subsets)
+    subsets = tuple(s for s, k in zip(model.subsets, keep[:n], strict=True) if k)
+    residuals = tuple(s for s, k in zip(model.residuals, keep[n:], strict=True) if k)
+    return MarginalsModel(
+        model.domain,
+        subsets,
+        model.rows,
+        inc,
+        model.profiles,
+        model.profile_of,
+        residuals,
+        model.factors[keep],
+    )
 
 
-def restricted(model: MarginalsModel, tables: tuple[int, ...]) -> MarginalsModel:
-    """``model`` with exactly ``tables`` (a subset of its candidates) as candidates."""
-    keep = np.array([s in set(tables) for s in model.subsets])
+def restricted(
+    model: MarginalsModel, tables: tuple[int, ...], residuals: tuple[int, ...] = ()
+) -> MarginalsModel:
+    """``model`` with exactly ``tables`` and ``residuals`` (some of its candidates) as
+    candidates."""
+    keep = np.array(
+        [s in set(tables) for s in model.subsets] + [t in set(residuals) for t in model.residuals]
+    )
     sub = _restrict(model, keep)
     if sub is None:
         raise InvalidParameter("these tables do not answer every query")
@@ -266,12 +371,25 @@ def restricted(model: MarginalsModel, tables: tuple[int, ...]) -> MarginalsModel
 
 
 def reconstruct(
-    model: MarginalsModel, measured: dict[int, np.ndarray], w: dict[int, float]
+    model: MarginalsModel,
+    measured: dict[int, np.ndarray],
+    w: dict[int, float],
+    residuals: dict[int, np.ndarray] | None = None,
+    residual_w: dict[int, float] | None = None,
 ) -> np.ndarray:
     """The least-squares answers of every query from the noisy tables ``measured``
-    (mask -> array shaped by its attributes' atoms) of precisions ``w``."""
+    (mask -> array shaped by its attributes' atoms) of row precisions ``w``, and the
+    noisy residual measurements ``residuals`` (mask -> rows shaped likewise) of row
+    precisions ``residual_w``.
+
+    A residual measurement y_T = C_T x_T + z, C_T = (x)_{i in T} (n_i I - J), adds
+    w C_T y_T to residual T of the normal equations (C_T is symmetric and maps into
+    residual T) and w prod_{i in T} n_i to lambda_T / N."""
     d, sizes = model.domain.d, model.domain.sizes
+    res, res_w = residuals or {}, residual_w or {}
     lam = {t: sum(w[s] / _cells(s, sizes) for s in measured if t & s == t) for t in model.rows}
+    for t in res:
+        lam[t] = lam.get(t, 0.0) + res_w[t] * _cells(t, sizes)
     acc: dict[int, np.ndarray] = {}
     for t in model.rows:
         ax_t = _attrs(t, d)
@@ -286,6 +404,11 @@ def reconstruct(
             for k in range(len(ax_t)):  # centre along every axis of T
                 r = r - r.mean(axis=k, keepdims=True)
             total = total + w[s] * r
+        if t in res:
+            r = np.asarray(res[t], float)
+            for k, i in enumerate(ax_t):
+                r = sizes[i] * r - r.sum(axis=k, keepdims=True)
+            total = total + res_w[t] * r
         acc[t] = total
     dom = model.domain
     out = np.zeros(len(dom.boxes))

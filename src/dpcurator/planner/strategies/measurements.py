@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpcurator.errors import InvalidParameter
-from dpcurator.planner.budget import PlanBudget
+from dpcurator.planner.budget import COST_DIGITS, UNIT_DIGITS, PlanBudget
 from dpcurator.planner.strategies.weights import KroneckerWeights
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import BooleanQuery, Query, Schema
@@ -137,9 +137,13 @@ def priced(
     its unit where ``factor[j, piece]`` = F (0: it does not cover the piece; None: every
     measurement costs its unit everywhere)."""
     c = np.asarray(units, float) * (1 - SAFETY)
-    values = [budget.value(float(x)) for x in c]
+    over = factor if factor is not None else np.ones((len(c), 1), np.int64)
+    weighted = np.asarray(over).max(axis=1) > 1
+    values = [
+        budget.value(float(x), UNIT_DIGITS if w else COST_DIGITS)
+        for x, w in zip(c, weighted, strict=True)
+    ]
     additive = [exact(v) ** 2 if budget.currency == "mu" else exact(v) for v in values]
-    over = factor if factor is not None else np.ones((len(values), 1), np.int64)
     cap = Fraction(budget.amount)
     for piece in np.asarray(over).T:
         spent = sum((a * int(f) for a, f in zip(additive, piece, strict=True) if f), Fraction(0))
