@@ -113,7 +113,9 @@ def test_a_hierarchy_is_charged_on_each_nodes_points(tmp_path):
         rng=SeededRandomSource(4),
         allow_insecure=True,
     ) as cur:
-        plan, answers = cur.release_workload(text, epsilon=1.0, objective="total")
+        plan, answers = cur.release_workload(
+            text, epsilon=1.0, objective="total", strategy="tree"
+        )
         sp = plan.strategy
         assert plan.strategy_name == "tree" and any(m.region for m in sp.measurements)
         hist = cur.history()
@@ -204,7 +206,7 @@ def test_cli_answer_strategies(tmp_path, capsys):
     assert main([*base, "--json", "--objective", "total"]) == 0
     d = json.loads(capsys.readouterr().out)
     names = [c["strategy"] for c in d["strategies"]]
-    assert names == ["direct", "marginals", "identity", "tree"]
+    assert names == ["direct", "marginals", "identity", "tree", "p-identity"]
     best = min(
         (c for c in d["strategies"] if c["objective_value"] is not None),
         key=lambda c: c["objective_value"],

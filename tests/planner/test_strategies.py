@@ -154,23 +154,53 @@ def _points(schema):
     ],
 )
 def test_per_point_charges_brute_force(text, strategy, guarantee):
-    """Every measurement's cells partition the domain (each point in exactly one cell),
-    and at every point the exact sum of the charged costs is within the budget."""
+    """Every measurement's cells partition its region (each point in at most one cell),
+    and at every point the loss computed from the rows' weights and each row's noise
+    (brute force over the domain, in exact fractions) equals what the release's charges
+    put on that point, and is within the budget (see test_weighted_measurements for
+    weighted rows; here counting tables and residual measurements)."""
     wl = parse_workload_text(text, SCHEMA)
     plan = make_plan(wl.queries, wl.weights, guarantee, strategy=strategy, objective="total")
     sp = plan.strategy
     assert sp is not None and sp.name == strategy
-    budget = PlanBudget.of(guarantee)
-    cells = [[Query.from_coverages(SCHEMA, c) for c in m.cells] for m in sp.measurements]
-    for pos in _points(SCHEMA):
-        point = {a.name: a.value(p) for a, p in zip(SCHEMA.attributes, pos, strict=True)}
-        loss = Fraction(0)
-        for m, qs in zip(sp.measurements, cells, strict=True):
-            assert sum(q.covers(point) for q in qs) == 1
-            v = exact(m.value)
-            loss += v * v if budget.currency == "mu" else v
-        assert loss <= Fraction(budget.amount)
+    assert_charges_brute_force(sp, SCHEMA, PlanBudget.of(guarantee))
     assert plan.guarantee.within_budget
+
+
+def assert_charges_brute_force(sp, schema, budget):
+    """At every point of ``schema``'s domain: the loss from the measurements' rows (for
+    each row covering the point with weight k: |k| / scale for the discrete Laplace,
+    k^2 / (2 sigma^2) for the discrete Gaussian, k^2 mu_u^2 under GDP) is at most, and in
+    the additive unit equal to, the sum of the charges covering the point; and that sum
+    is at most the budget."""
+    cells = [[Query.from_coverages(schema, c) for c in m.cells] for m in sp.measurements]
+    dense = [
+        np.eye(len(m.cells), dtype=np.int64) if m.weights is None else m.weights.dense()
+        for m in sp.measurements
+    ]
+    pieces = sp.charges(schema, budget)
+    order = 1 if budget.currency == "epsilon" else 2
+    for pos in _points(schema):
+        point = {a.name: a.value(p) for a, p in zip(schema.attributes, pos, strict=True)}
+        charged = sum((p.additive for p in pieces if p.region.covers(point)), Fraction(0))
+        loss = unit_loss = Fraction(0)
+        for m, qs, a in zip(sp.measurements, cells, dense, strict=True):
+            inside = [i for i, q in enumerate(qs) if q.covers(point)]
+            assert len(inside) <= 1
+            if not inside:
+                continue
+            col = [abs(int(k)) for k in a[:, inside[0]] if k]
+            v = exact(m.value)
+            unit = v * v if budget.currency == "mu" else v
+            unit_loss += unit * sum(k**order for k in col)
+            if budget.currency == "epsilon":
+                loss += sum(Fraction(k) / m.noise.scale for k in col)
+            elif budget.currency == "rho":
+                loss += sum(Fraction(k * k) / (2 * m.noise.sigma**2) for k in col)
+        assert charged == unit_loss
+        if budget.currency != "mu":
+            assert loss <= charged
+        assert charged <= Fraction(budget.amount)
 
 
 def test_reported_variances_match_simulation():

@@ -65,12 +65,15 @@ allocation:
               the summary and --json `strategies` give every candidate's figure
   direct      the asked queries themselves, split by --allocation
   marginals   weighted marginal tables on the atoms the workload cuts (any attribute
-              subsets, asked or not), every answer their least-squares estimate
+              subsets, asked or not), every answer their least-squares estimate; under
+              zCDP also residual measurements (ResidualPlanner's optimum)
   identity    the histogram of the one ordered attribute a range workload constrains
   tree        a b-ary hierarchy of ranges on that attribute, per-level costs optimised
-  Answers of marginals, identity and tree are least-squares estimates (consistent by
-  construction) with their exact variances; their rows carry `variance` and the ledger
-  `charges` they come from instead of a noisy count.
+  p-identity  HDMM's p-Identity: the histogram plus p weighted rows (integer weights),
+              a Kronecker product of them for boxes over several attributes
+  Answers of marginals, identity, tree and p-identity are least-squares estimates
+  (consistent by construction) with their exact variances; their rows carry `variance`
+  and the ledger `charges` they come from instead of a noisy count.
 
 --postprocess (comma-separated, applied in order; free: post-processing never costs
 privacy, Dwork & Roth 2014, Prop. 2.1):
@@ -145,7 +148,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         metavar="NAME",
         help="what to measure: auto (default: the least expected error), direct, "
-        "marginals, identity or tree (see below)",
+        "marginals, identity, tree or p-identity (see below)",
     )
     p.add_argument("--out", metavar="FILE", help="answers file: .csv, .json or .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

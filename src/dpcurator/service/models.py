@@ -183,11 +183,12 @@ class ReleaseRequest(_Cost):
         description="what the optimal allocation minimises: the total squared error, "
         "each workload line's mean squared error weighing the same, or the largest error",
     )
-    strategy: Literal["auto", "direct", "marginals", "identity", "tree"] = Field(
+    strategy: Literal["auto", "direct", "marginals", "identity", "tree", "p-identity"] = Field(
         default="auto",
-        description="what to measure: the asked queries (direct), marginal tables, or the "
-        "histogram or a tree of ranges of one ordered attribute, answers derived by least "
-        "squares; auto: the least expected error",
+        description="what to measure: the asked queries (direct), marginal tables (and, "
+        "under zCDP, residual measurements), the histogram or a tree of ranges of one "
+        "ordered attribute, or weighted p-Identity rows (a Kronecker product over several "
+        "attributes), answers derived by least squares; auto: the least expected error",
     )
     queries: list[str] | None = None
     costs: list[Number] | None = None

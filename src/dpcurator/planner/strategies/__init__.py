@@ -115,8 +115,18 @@ def plan_marginals(
     tables, residuals, costs = mg.optimise(model, om, budget.amount, budget.currency)
     sub = mg.restricted(model, tables, residuals)
     fac = sub.factors
-    factor = fac.astype(np.int64)[:, None]
-    values, noises = priced(budget, costs / fac, factor)
+    try:
+        values, noises = priced(budget, costs / fac, fac.astype(np.int64)[:, None])
+    except InvalidParameter:
+        if not residuals:
+            raise
+        # a residual's rows need more noise than the discrete Gaussian's GDP figure is
+        # certified for (sigma > MAX_SIGMA): plan with the tables alone
+        model = mg.marginals_model(dom)
+        tables, residuals, costs = mg.optimise(model, om, budget.amount, budget.currency)
+        sub = mg.restricted(model, tables, residuals)
+        fac = sub.factors
+        values, noises = priced(budget, costs / fac, fac.astype(np.int64)[:, None])
     w = np.array([1.0 / n.variance() for n in noises])
     by_profile = sub.variances(w)
     var = np.where(model.profile_of >= 0, by_profile[np.maximum(model.profile_of, 0)], 0.0)

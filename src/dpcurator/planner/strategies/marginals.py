@@ -303,8 +303,7 @@ def _residual_planner(model: MarginalsModel) -> MarginalsModel | None:
     if not need <= set(model.residuals) or (0 in model.rows and 0 not in model.subsets):
         return None
     keep = np.array(
-        [s == 0 and 0 in model.rows for s in model.subsets]
-        + [t in need for t in model.residuals]
+        [s == 0 and 0 in model.rows for s in model.subsets] + [t in need for t in model.residuals]
     )
     return _restrict(model, keep)
 

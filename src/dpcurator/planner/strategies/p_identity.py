@@ -124,6 +124,7 @@ class PIdentity:
     """An integer p-Identity strategy and its model objective (at unit row precision)."""
 
     rows: np.ndarray  # int64, rows x n
+    scale: int  # every column's norm (L1), or its square root (squared L2)
     p: int
     objective: float  # tr(Omega (A^T A)^-1) of the integer rows, A normalised by the scale
 
@@ -134,23 +135,26 @@ def candidates(n: int) -> tuple[int, ...]:
     return tuple(sorted(p for p in ps if p < n))
 
 
-def best(omega: np.ndarray, currency: str, ps: tuple[int, ...] | None = None) -> PIdentity:
+def best(
+    omega: np.ndarray, currency: str, ps: tuple[int, ...] | None = None, scale: int = SCALE
+) -> PIdentity:
     """The best integer p-Identity strategy over ``ps`` (default :func:`candidates`) for
-    the workload Gram matrix ``omega``, judged on the integer rows."""
+    the workload Gram matrix ``omega`` with rows scaled by ``scale``, judged on the
+    integer rows."""
     n = omega.shape[0]
     out: PIdentity | None = None
     for p in ps if ps is not None else candidates(n):
-        rows = integer_rows(optimise(omega, p, currency), currency)
-        a = rows.astype(float) / SCALE
+        rows = integer_rows(optimise(omega, p, currency), currency, scale)
+        a = rows.astype(float) / scale
         try:
             v = float(np.sum(omega * np.linalg.inv(a.T @ a)))
         except np.linalg.LinAlgError:
             continue
         if out is None or v < out.objective:
-            out = PIdentity(rows, p, v)
+            out = PIdentity(rows, scale, p, v)
     if out is None:  # n == 1, or every p singular: the identity alone
-        rows = np.eye(n, dtype=np.int64) * SCALE
-        out = PIdentity(rows, 0, float(np.trace(omega)))
+        rows = np.eye(n, dtype=np.int64) * scale
+        out = PIdentity(rows, scale, 0, float(np.trace(omega)))
     return out
 
 

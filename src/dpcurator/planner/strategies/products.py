@@ -127,7 +127,9 @@ def _check(dom: AtomDomain) -> None:
         )
 
 
-def optimise(model: BoxModel, omega: np.ndarray, currency: str) -> list[pid.PIdentity]:
+def optimise(
+    model: BoxModel, omega: np.ndarray, currency: str, scale: int = pid.SCALE
+) -> list[pid.PIdentity]:
     """Per attribute, its integer p-Identity factor (alternating over attributes)."""
     d = model.domain.d
     grams = [np.eye(n) for n in model.domain.sizes]
@@ -135,11 +137,27 @@ def optimise(model: BoxModel, omega: np.ndarray, currency: str) -> list[pid.PIde
     for _ in range(1 if d == 1 else ROUNDS):
         for i in range(d):
             om_i = model.attribute_gram(i, grams, omega)
-            f = pid.best(om_i, currency)
+            f = pid.best(om_i, currency, scale=scale)
             found[i] = f
-            a = f.rows.astype(float) / pid.SCALE
+            a = f.rows.astype(float) / scale
             grams[i] = np.linalg.inv(a.T @ a)
     return [f for f in found if f is not None]
+
+
+def factor_scale(budget: PlanBudget, d: int) -> int:
+    """Each factor's integer scale: :data:`p_identity.SCALE`, except under GDP, whose
+    discrete Gaussian is certified up to sigma = MAX_SIGMA only: one row's sigma is
+    about prod_i scale / mu, so the scale is kept below (MAX_SIGMA mu / 2)^(1/d)."""
+    if budget.currency != "mu":
+        return pid.SCALE
+    from dpcurator.privacy.discrete_gaussian import MAX_SIGMA
+
+    k = math.floor((MAX_SIGMA * math.sqrt(budget.amount) / 2) ** (1.0 / d))
+    if k < 2:
+        raise InvalidParameter(
+            f"a GDP budget of mu = {math.sqrt(budget.amount):.3g} is too small for p-Identity rows"
+        )
+    return min(pid.SCALE, k)
 
 
 def plan_products(
@@ -152,7 +170,7 @@ def plan_products(
     model = BoxModel.of(dom)
     om = per_profile(omega, model.profile_of, len(model.queries))
     weights = np.ones(len(model.queries)) if om is None else om
-    factors = optimise(model, weights, budget.currency)
+    factors = optimise(model, weights, budget.currency, factor_scale(budget, dom.d))
     rows = math.prod(len(f.rows) for f in factors)
     if rows > MAX_CELLS:
         raise InvalidParameter(f"the strategy has {rows:,} rows, more than {MAX_CELLS:,}")
