@@ -15,14 +15,14 @@ from a fixed seed, so a workload always gets the same plan). X^-1 is formed by W
 identity through the p x p matrix I + Theta Theta^T, so an iteration costs O(p n^2).
 
 The rows are then made integers (:mod:`.weights`): row r's weight on cell x is
-floor(K Theta_rx / D_x), and identity rows give every column what is left of its norm:
-under pure DP one row, K - sum_r k_rx >= 1; under zCDP the rest K^2 - sum_r k_rx^2 as a
-sum of a few squares (greedily: the largest square, then the largest in what remains,
-...), one identity row per square, so that no information is lost (independent rows of
-weights m_j on one cell inform it as much as one row of weight sqrt(sum m_j^2)). Every
-column's norm is then exactly K (pure DP) or K^2 in squares (zCDP), and the whole
-strategy is one measurement, charged once at the budget on every point, with each row's
-noise at 1/K (pure DP) or 1/K^2 (zCDP) of it. The errors reported are the integer
+floor(K Theta_rx / D_x), and the identity row of x gives its column what is left of its
+norm: under pure DP, K - sum_r k_rx >= 1; under zCDP the largest m_x with
+m_x^2 + sum_r k_rx^2 <= K^2, and the rest (at most 2 m_x) is written as a sum of four
+squares (Lagrange) and spread over four *slack* rows, whose weights on x are those
+squares' roots. Every column's norm is then exactly K (pure DP) or K^2 in squares
+(zCDP), nothing is wasted (the slack rows are measured and used like the others), and
+the whole strategy is one measurement, charged once at the budget on every point, with
+each row's noise at 1/K (pure DP) or 1/K^2 (zCDP) of it. The errors reported are the integer
 strategy's, exactly; with K = 1024 they are within 0.001% of the real-valued optimum's.
 """
 
@@ -69,8 +69,11 @@ def objective(theta: np.ndarray, omega: np.ndarray, order: int) -> tuple[float, 
     return value, grad
 
 
-def optimise(omega: np.ndarray, p: int, currency: str, seed: int = SEED) -> np.ndarray:
-    """The best Theta (p x n) found for the workload Gram matrix ``omega`` (n x n)."""
+def optimise(
+    omega: np.ndarray, p: int, currency: str, seed: int = SEED, start: np.ndarray | None = None
+) -> np.ndarray:
+    """The best Theta (p x n) found for the workload Gram matrix ``omega`` (n x n), from
+    :data:`STARTS` random starts, or from ``start`` alone when given."""
     from scipy.optimize import minimize  # imported when first needed: slow to import
 
     n = omega.shape[0]
@@ -84,10 +87,11 @@ def optimise(omega: np.ndarray, p: int, currency: str, seed: int = SEED) -> np.n
 
     rng = np.random.default_rng(seed + 7919 * p + n)
     best, best_v = np.zeros((p, n)), np.inf
-    for _ in range(STARTS):
+    firsts = [start.ravel()] if start is not None else [rng.random(p * n) for _ in range(STARTS)]
+    for x0 in firsts:
         res = minimize(
             f,
-            rng.random(p * n),
+            x0,
             jac=True,
             method="L-BFGS-B",
             bounds=[(0.0, None)] * (p * n),
@@ -107,16 +111,30 @@ def integer_rows(theta: np.ndarray, currency: str, scale: int = SCALE) -> np.nda
     d = _norms(t, order)
     k = np.floor(scale * t / d[None, :]).astype(np.int64)
     if order == 1:
-        levels = [scale - k.sum(axis=0)]  # >= 1: sum_r k_rx <= scale sum/(1 + sum) < scale
+        ident = scale - k.sum(axis=0)  # >= 1: sum_r k_rx <= scale sum/(1 + sum) < scale
+        rows = np.vstack([np.diag(ident), k])
     else:
-        room = [scale * scale - int(v) for v in (k * k).sum(axis=0)]
-        levels = []
-        while any(room):  # greedy squares: room -> room - isqrt(room)^2, a few steps
-            m = [math.isqrt(r) for r in room]
-            levels.append(np.array(m, np.int64))
-            room = [r - x * x for r, x in zip(room, m, strict=True)]
-    rows = np.vstack([np.diag(m) for m in levels] + [k])
+        room = [scale * scale - int(v) for v in (k * k).sum(axis=0)]  # >= 1
+        ident = [math.isqrt(r) for r in room]
+        slack = np.array(
+            [four_squares(r - m * m) for r, m in zip(room, ident, strict=True)], np.int64
+        ).T
+        rows = np.vstack([np.diag(np.array(ident, np.int64)), k, slack])
     return rows[np.any(rows != 0, axis=1)]
+
+
+def four_squares(n: int) -> tuple[int, int, int, int]:
+    """(a, b, c, d) with a^2 + b^2 + c^2 + d^2 = n (Lagrange: every n >= 0 has one), by
+    a search from the largest squares (n is at most 2 scale here: a few steps)."""
+    for a in range(math.isqrt(n), -1, -1):
+        r1 = n - a * a
+        for b in range(min(a, math.isqrt(r1)), -1, -1):
+            r2 = r1 - b * b
+            for c in range(min(b, math.isqrt(r2)), -1, -1):
+                d = math.isqrt(r2 - c * c)
+                if c * c + d * d == r2 and d <= c:
+                    return a, b, c, d
+    raise AssertionError("unreachable: Lagrange's four-square theorem")
 
 
 @dataclass(frozen=True)
@@ -126,7 +144,8 @@ class PIdentity:
     rows: np.ndarray  # int64, rows x n
     scale: int  # every column's norm (L1), or its square root (squared L2)
     p: int
-    objective: float  # tr(Omega (A^T A)^-1) of the integer rows, A normalised by the scale
+    objective: float
+    theta: np.ndarray  # the real-valued Theta the rows were made from (p x n)  # tr(Omega (A^T A)^-1) of the integer rows, A normalised by the scale
 
 
 def candidates(n: int) -> tuple[int, ...]:
@@ -136,26 +155,40 @@ def candidates(n: int) -> tuple[int, ...]:
 
 
 def best(
-    omega: np.ndarray, currency: str, ps: tuple[int, ...] | None = None, scale: int = SCALE
+    omega: np.ndarray,
+    currency: str,
+    ps: tuple[int, ...] | None = None,
+    scale: int = SCALE,
+    start: np.ndarray | None = None,
 ) -> PIdentity:
-    """The best integer p-Identity strategy over ``ps`` (default :func:`candidates`) for
-    the workload Gram matrix ``omega`` with rows scaled by ``scale``, judged on the
-    integer rows."""
+    """The best integer p-Identity strategy over ``ps`` (default :func:`candidates`, each
+    from random starts; given ``ps``, from ``start`` if any) for the workload Gram
+    matrix ``omega`` with rows scaled by ``scale``, judged on the integer rows."""
     n = omega.shape[0]
     out: PIdentity | None = None
     for p in ps if ps is not None else candidates(n):
-        rows = integer_rows(optimise(omega, p, currency), currency, scale)
+        theta = optimise(omega, p, currency, start=start if ps is not None else None)
+        rows = integer_rows(theta, currency, scale)
         a = rows.astype(float) / scale
         try:
             v = float(np.sum(omega * np.linalg.inv(a.T @ a)))
         except np.linalg.LinAlgError:
             continue
         if out is None or v < out.objective:
-            out = PIdentity(rows, scale, p, v)
+            out = PIdentity(rows, scale, p, v, theta)
     if out is None:  # n == 1, or every p singular: the identity alone
         rows = np.eye(n, dtype=np.int64) * scale
-        out = PIdentity(rows, scale, 0, float(np.trace(omega)))
+        out = PIdentity(rows, scale, 0, float(np.trace(omega)), np.zeros((0, n)))
     return out
 
 
-__all__ = ["SCALE", "PIdentity", "best", "candidates", "integer_rows", "objective", "optimise"]
+__all__ = [
+    "SCALE",
+    "PIdentity",
+    "best",
+    "candidates",
+    "four_squares",
+    "integer_rows",
+    "objective",
+    "optimise",
+]

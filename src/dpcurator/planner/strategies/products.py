@@ -18,7 +18,8 @@ matrix W^T diag(omega) W. For several, a workload of boxes is not a product, and
 factors are found by alternating (HDMM's approach for unions of products): with the
 other factors fixed, the objective is tr(Omega_i S_i) for the Gram matrix
 Omega_i = sum_q omega_q sum_{b,b'} (prod_{j != i} u_bj^T S_j u_b'j) u_bi u_b'i^T, which
-attribute i's p-Identity optimises; a few rounds from the identity.
+attribute i's p-Identity optimises; three rounds from the identity, the first choosing
+each attribute's p from random starts, the others refining it from where it was.
 """
 
 from __future__ import annotations
@@ -134,10 +135,14 @@ def optimise(
     d = model.domain.d
     grams = [np.eye(n) for n in model.domain.sizes]
     found: list[pid.PIdentity | None] = [None] * d
-    for _ in range(1 if d == 1 else ROUNDS):
+    for round_ in range(1 if d == 1 else ROUNDS):
         for i in range(d):
             om_i = model.attribute_gram(i, grams, omega)
-            f = pid.best(om_i, currency, scale=scale)
+            before = found[i]
+            if round_ == 0 or before is None or before.p == 0:
+                f = pid.best(om_i, currency, scale=scale)
+            else:  # later rounds: the same p, refined from where it was
+                f = pid.best(om_i, currency, (before.p,), scale, before.theta)
             found[i] = f
             a = f.rows.astype(float) / scale
             grams[i] = np.linalg.inv(a.T @ a)
@@ -145,19 +150,22 @@ def optimise(
 
 
 def factor_scale(budget: PlanBudget, d: int) -> int:
-    """Each factor's integer scale: :data:`p_identity.SCALE`, except under GDP, whose
-    discrete Gaussian is certified up to sigma = MAX_SIGMA only: one row's sigma is
-    about prod_i scale / mu, so the scale is kept below (MAX_SIGMA mu / 2)^(1/d)."""
-    if budget.currency != "mu":
-        return pid.SCALE
-    from dpcurator.privacy.discrete_gaussian import MAX_SIGMA
+    """Each factor's integer scale: :data:`p_identity.SCALE`, but small enough that the
+    column norm, the product of the factors' (scale^d, or scale^2d in squares), stays
+    within 2^40 (its unit cost is the budget over it); and under GDP, whose discrete
+    Gaussian is certified up to sigma = MAX_SIGMA only, one row's sigma, about
+    scale^d / mu, below MAX_SIGMA / 2."""
+    order = 1 if budget.currency == "epsilon" else 2
+    k = min(pid.SCALE, math.floor(2 ** (40 / (order * d)) + 1e-9))
+    if budget.currency == "mu":
+        from dpcurator.privacy.discrete_gaussian import MAX_SIGMA
 
-    k = math.floor((MAX_SIGMA * math.sqrt(budget.amount) / 2) ** (1.0 / d))
+        k = min(k, math.floor((MAX_SIGMA * math.sqrt(budget.amount) / 2) ** (1.0 / d)))
     if k < 2:
         raise InvalidParameter(
             f"a GDP budget of mu = {math.sqrt(budget.amount):.3g} is too small for p-Identity rows"
         )
-    return min(pid.SCALE, k)
+    return k
 
 
 def plan_products(

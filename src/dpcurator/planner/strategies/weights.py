@@ -93,9 +93,11 @@ class KroneckerWeights:
     def column_factor(self, currency: str) -> np.ndarray:
         """F_c per cell (row-major): each cell's cost in units of the unit cost."""
         p = _order(currency)
+        cols = [(np.abs(f) if p == 1 else f * f).sum(axis=0) for f in self.factors]
+        if math.prod(int(c.max()) for c in cols) > ROW_LIMIT:
+            raise TooLarge("the weights' column norms would exceed 2^62")
         out = np.ones(1, np.int64)
-        for f in self.factors:
-            col = (np.abs(f) if p == 1 else f * f).sum(axis=0)
+        for col in cols:
             out = np.multiply.outer(out, col).ravel()
         return out
 
