@@ -29,6 +29,7 @@ import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -87,29 +88,53 @@ class BoxModel:
         """Per attribute: its coverages' Gram under ``grams[i]`` (u^T S_i u')."""
         return [v @ g @ v.T for v, g in zip(self.vectors, grams, strict=True)]
 
+    @cached_property
+    def single(self) -> np.ndarray:
+        """The distinct queries of one box each, as a (queries x d) index array (the
+        common case, computed without a Python loop), and -1 rows for the others."""
+        out = np.full((len(self.queries), self.domain.d), -1, np.int64)
+        for k, boxes in enumerate(self.queries):
+            if len(boxes) == 1:
+                out[k] = boxes[0]
+        return out
+
     def variances(self, grams: Sequence[np.ndarray]) -> np.ndarray:
         """Per distinct query: sum over its pairs of boxes of prod_i u_bi^T S_i u_b'i."""
-        terms = self.pair_terms(grams)
-        out = np.empty(len(self.queries))
-        for k, boxes in enumerate(self.queries):
-            prod = np.ones((len(boxes), len(boxes)))
-            for i, t in enumerate(terms):
-                prod *= t[np.ix_(boxes[:, i], boxes[:, i])]
-            out[k] = prod.sum()
-        return out
+        return self._pairs(self.pair_terms(grams), np.ones(len(self.queries)), None)[0]
 
     def attribute_gram(self, i: int, grams: Sequence[np.ndarray], omega: np.ndarray) -> np.ndarray:
         """Omega_i (see the module doc) over attribute i's atoms."""
-        terms = self.pair_terms(grams)
-        weights = np.zeros((len(self.vectors[i]),) * 2)
-        for k, boxes in enumerate(self.queries):
-            prod = np.full((len(boxes), len(boxes)), float(omega[k]))
-            for j, t in enumerate(terms):
-                if j != i:
-                    prod *= t[np.ix_(boxes[:, j], boxes[:, j])]
-            np.add.at(weights, (boxes[:, i][:, None], boxes[:, i][None, :]), prod)
+        weights = self._pairs(self.pair_terms(grams), omega, i)[1]
         v = self.vectors[i]
         return v.T @ weights @ v
+
+    def _pairs(
+        self, terms: list[np.ndarray], omega: np.ndarray, skip: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per distinct query, omega_q sum_{b,b'} prod_{j != skip} terms_j[b_j, b'_j];
+        and those products gathered on attribute ``skip``'s coverage pairs."""
+        one = self.single
+        alone = one[:, 0] >= 0
+        out = np.zeros(len(self.queries))
+        size = len(self.vectors[skip]) if skip is not None else 1
+        weights = np.zeros((size, size))
+        prod = omega[alone].astype(float)
+        for j, t in enumerate(terms):
+            if j != skip:
+                prod = prod * t[one[alone, j], one[alone, j]]
+        out[alone] = prod
+        if skip is not None:
+            np.add.at(weights, (one[alone, skip], one[alone, skip]), prod)
+        for k in np.flatnonzero(~alone):
+            boxes = self.queries[k]
+            pp = np.full((len(boxes), len(boxes)), float(omega[k]))
+            for j, t in enumerate(terms):
+                if j != skip:
+                    pp *= t[np.ix_(boxes[:, j], boxes[:, j])]
+            out[k] = pp.sum()
+            if skip is not None:
+                np.add.at(weights, (boxes[:, skip][:, None], boxes[:, skip][None, :]), pp)
+        return out, weights
 
 
 def _check(dom: AtomDomain) -> None:
