@@ -283,6 +283,20 @@ def test_release_a_workload_and_a_batch(tmp_path: Path) -> None:
             assert all(d["variance"] > 0 and d["charge_ids"] == ids for d in derived)
             cells = sum(d["value"] for d in derived[:8])
             assert abs(cells - derived[8]["value"] - derived[9]["value"]) < 1e-6
+            # weighted rows (HDMM's p-Identity): one measurement, one charge on every point
+            before = s.charges()
+            ranges = "\n".join(
+                f"age BETWEEN {a} AND {b}" for a in range(20, 30) for b in range(a, 30)
+            )
+            r = h.post(
+                "/v1/release",
+                json={"workload": ranges, "epsilon": 0.2, "strategy": "p-identity"},
+            )
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["strategy"] == "p-identity" and len(out["derived"]) == 55
+            assert len(out["derived"][0]["charge_ids"]) == 1 and s.charges() == before + 1
+            assert all(d["variance"] > 0 for d in out["derived"])
 
 
 # --- error shapes -------------------------------------------------------------------------

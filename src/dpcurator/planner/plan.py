@@ -206,6 +206,11 @@ def _guarantee(
         "parallel composition over the maximum overlap (Smith et al. 2022, Thm 5 and the "
         "maximum weighted overlap): only the queries covering one point compose"
     )
+    if noises is None:
+        parallel += (
+            "; a weighted measurement's rows of weight k at a point cost it |k| (pure DP) "
+            "or k^2 (zCDP, GDP in mu^2) times their unit, charged per column norm"
+        )
     if isinstance(g, PureDP):
         return FinalGuarantee(
             "pure",
