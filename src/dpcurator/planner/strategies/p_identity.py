@@ -33,13 +33,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpcurator import deadlines
+
 #: The integer scale of the rows (see the module doc).
 SCALE = 1024
 #: Random starts per p, from a fixed seed (public and data-independent).
 STARTS = 3
 SEED = 20180827
-#: L-BFGS-B iterations per start.
+#: L-BFGS-B iterations per start, at most; and the work per start, at most, in the
+#: units of one iteration's O(p n^2) (so that 256 atoms plan in about a second).
 ITERATIONS = 2000
+WORK = 4e8
+#: Above this many cells: one start, one p (about n/16).
+LARGE = 128
 
 
 def _norm_of(currency: str) -> int:
@@ -82,12 +88,15 @@ def optimise(
     om = omega / scale
 
     def f(x: np.ndarray) -> tuple[float, np.ndarray]:
+        deadlines.check()  # a request's deadline (see dpcurator.deadlines)
         v, g = objective(x.reshape(p, n), om, order)
         return v, g.ravel()
 
     rng = np.random.default_rng(seed + 7919 * p + n)
     best, best_v = np.zeros((p, n)), np.inf
-    firsts = [start.ravel()] if start is not None else [rng.random(p * n) for _ in range(STARTS)]
+    starts = STARTS if n <= LARGE else 1
+    firsts = [start.ravel()] if start is not None else [rng.random(p * n) for _ in range(starts)]
+    iterations = int(min(ITERATIONS, max(100, WORK / (p * n * n))))
     for x0 in firsts:
         res = minimize(
             f,
@@ -95,7 +104,7 @@ def optimise(
             jac=True,
             method="L-BFGS-B",
             bounds=[(0.0, None)] * (p * n),
-            options={"maxiter": ITERATIONS},
+            options={"maxiter": iterations},
         )
         if res.fun < best_v:
             best, best_v = res.x.reshape(p, n), float(res.fun)
@@ -148,8 +157,12 @@ class PIdentity:
     theta: np.ndarray  # the real-valued Theta the rows were made from (p x n)  # tr(Omega (A^T A)^-1) of the integer rows, A normalised by the scale
 
 
-def candidates(n: int) -> tuple[int, ...]:
-    """The p tried for n cells: about n/16 (HDMM's choice), n/12 and n/8."""
+def candidates(n: int, currency: str = "epsilon") -> tuple[int, ...]:
+    """The p tried for n cells: about n/16 (HDMM's choice), n/12 and n/8; above
+    :data:`LARGE` cells one of them, n/16 under pure DP and n/8 under zCDP and GDP (the
+    better on ranges, where the L2 normalisation favours more rows)."""
+    if n > LARGE:
+        return (round(n / 16) if currency == "epsilon" else round(n / 8),)
     ps = {max(1, round(n / 16)), max(1, round(n / 12)), max(1, round(n / 8))}
     return tuple(sorted(p for p in ps if p < n))
 
@@ -166,7 +179,7 @@ def best(
     matrix ``omega`` with rows scaled by ``scale``, judged on the integer rows."""
     n = omega.shape[0]
     out: PIdentity | None = None
-    for p in ps if ps is not None else candidates(n):
+    for p in ps if ps is not None else candidates(n, currency):
         theta = optimise(omega, p, currency, start=start if ps is not None else None)
         rows = integer_rows(theta, currency, scale)
         a = rows.astype(float) / scale
