@@ -242,8 +242,9 @@ def optimise(
     over all linear Gaussian mechanisms for the weighted sum of variances (Xiao, Wang,
     Ding & Kifer, NeurIPS 2023, Thm 4.3); for the largest variance, the convex search
     from there. Otherwise, starts: the workload's own tables; every table; the maximal
-    needed residuals; candidates left with less than PRUNE of the budget are dropped
-    when what remains still answers every query, and the rest re-optimised."""
+    needed residuals; the one table over every constrained attribute, when it is a
+    candidate; candidates left with less than PRUNE of the budget are dropped when what
+    remains still answers every query, and the rest re-optimised."""
     subsets = model.subsets
     n_tables = len(subsets)
     m = n_tables + len(model.residuals)
@@ -263,6 +264,11 @@ def optimise(
     # structured starts, then a fixed number of random ones from a fixed seed (public,
     # data-independent and reproducible: the same workload always gets the same plan).
     starts = [np.where(own > 0, 1.0, 0.0), np.sqrt(own), tables, maximal]
+    whole = 0
+    for t in model.rows:
+        whole |= t
+    if whole in subsets:  # one table holding every needed residual, if small enough
+        starts.append(np.where(np.arange(m) == subsets.index(whole), 1.0, 0.0))
     if currency == "epsilon" and m > 4:
         rng = np.random.default_rng(RANDOM_STARTS_SEED)
         starts += [rng.dirichlet(np.ones(m)) for _ in range(RANDOM_STARTS)]
