@@ -260,14 +260,14 @@ def test_an_edited_identity_is_refused(place):
 
 
 def test_an_identity_edited_with_its_genesis_is_refused(stores):
-    from dpcurator.curator.ledger import FORMAT, _genesis
+    from dpcurator.curator.ledger_chain import FORMAT, genesis
 
     for n in (0, 3):
         place = make(stores.new(f"l{n}"), n)
         bigger = json.dumps({**IDENTITY, "amount": "6"}, sort_keys=True)
         place.tamper(
             f"UPDATE meta SET value = '{bigger}' WHERE key = 'identity'",
-            f"UPDATE meta SET value = '{_genesis(FORMAT, bigger).hex()}' WHERE key = 'genesis'",
+            f"UPDATE meta SET value = '{genesis(FORMAT, bigger).hex()}' WHERE key = 'genesis'",
         )
         with pytest.raises(LedgerError, match="hash chain broken"):
             Ledger(place.target, None)

@@ -140,15 +140,16 @@ def test_a_ledger_from_before_keys_were_kept_derives_one_from_its_genesis(table)
     ident = json.loads(identity)
     del ident["unit_key"]
     old = json.dumps(ident, sort_keys=True)
-    from dpcurator.curator.ledger import FORMAT, _analysts_genesis, _genesis
+    from dpcurator.curator.ledger_chain import FORMAT, analysts_genesis
+    from dpcurator.curator.ledger_chain import genesis as genesis_of
 
-    genesis = _genesis(FORMAT, old)
+    genesis = genesis_of(FORMAT, old)
     db.execute("DELETE FROM charges")
     for k, v in (
         ("identity", old),
         ("genesis", genesis.hex()),
         ("charges_head", f"0 {genesis.hex()}"),
-        ("analysts_head", f"0 {_analysts_genesis(genesis).hex()}"),
+        ("analysts_head", f"0 {analysts_genesis(genesis).hex()}"),
     ):
         db.execute("UPDATE meta SET value = ? WHERE key = ?", (v, k))
     db.commit()

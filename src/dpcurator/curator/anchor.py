@@ -203,4 +203,3 @@ def problem(
                 "the chain was rewritten or replaced; restore it from a backup"
             )
     return None
-

@@ -31,28 +31,21 @@ head.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
 
+from dpcurator.curator import ledger_chain as chain
 from dpcurator.curator import unit_key as unit_key_of
-from dpcurator.curator.credentials import (
-    Credential,
-    Principal,
-    matches,
-    new_token,
-    split_token,
-)
+from dpcurator.curator.ledger_analysts import AnalystsChain
 from dpcurator.curator.ledger_anchoring import Anchoring, anchor_file, verify_interval
+from dpcurator.curator.ledger_chain import FORMAT, TransactionAborted, retried
 from dpcurator.curator.stores import (
     Rows,
     is_url,
@@ -61,24 +54,9 @@ from dpcurator.curator.stores import (
     target_of,
     write_copy,
 )
-from dpcurator.errors import InvalidParameter, LedgerError
-
-#: The ledger format this code reads and writes; any other is refused.
-FORMAT = "2"
-
-#: How often a write of the ledger's own (analysts, answers) is tried when the database
-#: aborts it (see :class:`TransactionAborted`).
-WRITE_ATTEMPTS = 3
-
-F = TypeVar("F", bound=Callable[..., Any])
+from dpcurator.errors import LedgerError
 
 _META_KEYS = frozenset({"format", "identity", "genesis", "charges_head", "analysts_head"})
-
-
-class TransactionAborted(LedgerError):
-    """The database aborted a write transaction before it committed (a serialisation
-    failure, a deadlock, a connection lost before the commit): nothing of it was
-    written, and it may be run again."""
 
 
 @dataclass(frozen=True)
@@ -100,16 +78,6 @@ class ChargeRow:
 
 
 @dataclass(frozen=True)
-class _Entry:
-    """An analyst's entry in force: quota, role, and the hash of their token (if any)."""
-
-    quota: Fraction | None
-    admin: bool = False
-    token_key: str | None = None
-    token_hash: str | None = None
-
-
-@dataclass(frozen=True)
 class BackupReport:
     """What :meth:`Ledger.backup` or :func:`copy_ledger` wrote, after verifying it."""
 
@@ -120,136 +88,7 @@ class BackupReport:
     head: str
 
 
-# --- hashing ---------------------------------------------------------------------------
-
-
-def _by_key(entries: dict[str, _Entry]) -> dict[str, tuple[str, _Entry]]:
-    return {e.token_key: (n, e) for n, e in entries.items() if e.token_key}
-
-
-def _digest(*parts: bytes) -> bytes:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p)
-    return h.digest()
-
-
-def _genesis(fmt: str, identity: str) -> bytes:
-    return _digest(b"dpcurator ledger\x00", fmt.encode(), b"\x00", identity.encode())
-
-
-def _analysts_genesis(genesis: bytes) -> bytes:
-    return _digest(b"dpcurator analysts\x00", genesis)
-
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _encode(fields: tuple[object, ...]) -> bytes:
-    """Canonical, unambiguous bytes of a row's fields: a compact JSON array in UTF-8."""
-    return _JSON.encode(fields).encode()
-
-
-def _charge_hash(prev: bytes, fields: tuple[object, ...]) -> bytes:
-    return hashlib.sha256(prev + _JSON.encode(fields).encode()).digest()
-
-
-def _answer_seal(charge_hash: bytes, answer: str) -> str:
-    return hashlib.sha256(b"answer\x00" + charge_hash + answer.encode()).hexdigest()
-
-
-def _initial_meta(identity: str) -> list[tuple[str, str]]:
-    """The meta rows of a new, empty ledger of ``identity``."""
-    genesis = _genesis(FORMAT, identity)
-    return [
-        ("format", FORMAT),
-        ("identity", identity),
-        ("genesis", genesis.hex()),
-        ("charges_head", f"0 {genesis.hex()}"),
-        ("analysts_head", f"0 {_analysts_genesis(genesis).hex()}"),
-    ]
-
-
-def _retried(method: F) -> F:
-    """Run a write of the ledger's own again when the database aborted it (nothing was
-    written), a few times; inside a caller's transaction, the caller decides."""
-
-    @functools.wraps(method)
-    def run(self: Ledger, *args: Any, **kw: Any) -> Any:
-        if self._writing:
-            return method(self, *args, **kw)
-        for _ in range(WRITE_ATTEMPTS - 1):
-            try:
-                return method(self, *args, **kw)
-            except TransactionAborted:
-                pass
-        return method(self, *args, **kw)
-
-    return run  # type: ignore[return-value]
-
-
-# --- validation --------------------------------------------------------------------------
-
-
-def _digits(text: str) -> bool:
-    return text.isascii() and text.isdigit() and text[0] != "0"
-
-
-def _ratio(text: object) -> tuple[int, int] | None:
-    """(n, d) if ``text`` spells a positive fraction n/d exactly as ``str(Fraction)``
-    would (lowest terms, no sign, "n" for d = 1), else None."""
-    if type(text) is not str:
-        return None
-    num, slash, den = text.partition("/")
-    if not _digits(num):
-        return None
-    if not slash:
-        return int(num), 1
-    if not _digits(den):
-        return None
-    n, d = int(num), int(den)
-    return (n, d) if d > 1 and math.gcd(n, d) == 1 else None
-
-
-def _positive(text: object) -> Fraction | None:
-    r = _ratio(text)
-    return None if r is None else Fraction(*r)
-
-
-def _valid_coverage(text: object) -> dict[str, list[list[int]]] | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        cov = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(cov, dict):
-        return None
-    union = cov.get("|")
-    if len(cov) == 1 and isinstance(union, list) and union and isinstance(union[0], dict):
-        # a boolean query: {"|": [box, box, ...]}, each box as below
-        ok = all(isinstance(b, dict) and _valid_box(b) for b in union)
-        return cov if ok else None
-    return cov if _valid_box(cov) else None
-
-
-def _valid_box(cov: dict) -> bool:
-    for name, ivs in cov.items():
-        if not isinstance(name, str) or not isinstance(ivs, list):
-            return False
-        for iv in ivs:
-            if (
-                not isinstance(iv, list)
-                or len(iv) != 2
-                or type(iv[0]) is not int
-                or type(iv[1]) is not int
-                or not 0 <= iv[0] <= iv[1]
-            ):
-                return False
-    return True
-
-
-class Ledger(Anchoring):
+class Ledger(AnalystsChain, Anchoring):
     """A ledger shared by every curator process that serves the same data.
 
     ``Ledger(target, identity)`` opens the ledger that ``target`` names, verifying all
@@ -290,20 +129,20 @@ class Ledger(Anchoring):
         self._identity = "{}"
         self._genesis = b""
         self._head: tuple[int, bytes] = (0, b"")
-        self._analysts: dict[str, _Entry] = {}
+        self._analysts: dict[str, chain.Entry] = {}
         self._analysts_head: tuple[int, bytes] = (0, b"")
         self._tx: Rows | None = None  # the transaction (read or write) in progress
         self._writing = False
         # authentication's own connection and verified view (see authenticate)
         self._auth_lock = threading.Lock()
-        self._auth_view: tuple[tuple[int, bytes], dict[str, _Entry], dict] = ((0, b""), {}, {})
+        self._auth_view: tuple[tuple[int, bytes], dict[str, chain.Entry], dict] = ((0, b""), {}, {})
         want = None if identity is None else json.dumps(identity, sort_keys=True)
         memory = path is None or str(path) == ":memory:"
         initial = None
         if memory:
-            initial = _initial_meta(unit_key_of.sealed(want or "{}", unit_key))
+            initial = chain.initial_meta(unit_key_of.sealed(want or "{}", unit_key))
         elif create and want is not None:
-            initial = _initial_meta(unit_key_of.sealed(want, unit_key))
+            initial = chain.initial_meta(unit_key_of.sealed(want, unit_key))
         self._store = open_store(path, initial)
         self.durable = self._store.durable
         self.path = self._store.location
@@ -380,7 +219,7 @@ class Ledger(Anchoring):
                 "restore it from a backup"
             )
         identity = meta["identity"]
-        genesis = _genesis(FORMAT, str(identity))
+        genesis = chain.genesis(FORMAT, str(identity))
         if not isinstance(identity, str) or meta["genesis"] != genesis.hex():
             raise LedgerError(
                 f"ledger {self.path}: its identity (budget and schemas) was altered; restore "
@@ -390,13 +229,13 @@ class Ledger(Anchoring):
         self._genesis = genesis
         self._head = (0, genesis)  # the last verified charge: (id, hash)
         self._analysts = {}
-        self._analysts_head = (0, _analysts_genesis(genesis))
+        self._analysts_head = (0, chain.analysts_genesis(genesis))
 
     def _verify_all(self, *, keep: bool = False) -> list[ChargeRow] | None:
         with self._lock:
             self._head = (0, self._genesis)
             self._analysts = {}
-            self._analysts_head = (0, _analysts_genesis(self._genesis))
+            self._analysts_head = (0, chain.analysts_genesis(self._genesis))
             with self._snapshot():
                 self._read_analysts()
                 fetched = self._fetch_after(0)
@@ -505,7 +344,7 @@ class Ledger(Anchoring):
 
     def _verify_row(self, r: tuple, prev: bytes, build: bool) -> tuple[ChargeRow | None, bytes]:
         cid = r[0]
-        cost, level, cov = _ratio(r[7]), _ratio(r[8]), _valid_coverage(r[6])
+        cost, level, cov = chain.ratio(r[7]), chain.ratio(r[8]), chain.valid_coverage(r[6])
         if cost is None or level is None or level[0] * cost[1] < cost[0] * level[1]:
             raise LedgerError(
                 f"ledger {self.path}: charge {cid} has an invalid cost {r[7]!r} or level "
@@ -527,12 +366,12 @@ class Ledger(Anchoring):
                 f"ledger {self.path}: charge {cid} has a field of the wrong type; restore "
                 "the ledger from a backup"
             )
-        h = _charge_hash(prev, r[:10])
+        h = chain.charge_hash(prev, r[:10])
         if h.hex() != r[10]:
             raise self._broken(f"charge {cid} was altered or removed")
         answer = None
         if r[11] is not None or r[12] is not None:
-            if r[11] is None or r[12] != _answer_seal(h, r[11]):
+            if r[11] is None or r[12] != chain.answer_seal(h, r[11]):
                 raise LedgerError(
                     f"ledger {self.path}: the answer of charge {cid} was altered (its seal "
                     "does not match); restore the ledger from a backup"
@@ -556,53 +395,6 @@ class Ledger(Anchoring):
             hash=r[10],
         )
         return row, h
-
-    def _read_analysts(self) -> None:
-        """Bring the verified analysts up to the head of their chain. Call inside a snapshot."""
-        got = self._analysts_after(self._rows(), self._analysts_head, self._analysts)
-        if got is not None:
-            self._analysts, self._analysts_head = got
-
-    def _analysts_after(
-        self,
-        rows: Rows,
-        have: tuple[int, bytes],
-        entries: dict[str, _Entry],
-    ) -> tuple[dict[str, _Entry], tuple[int, bytes]] | None:
-        """The analysts' entries verified from ``have`` (a chain position and the entries
-        in force there) up to the head ``rows`` records, or None when nothing changed.
-        Call inside a snapshot of ``rows``."""
-        head_n, head_h = self._meta_head("analysts_head", rows)
-        n, prev = have
-        if (head_n, head_h) == (n, prev.hex()):
-            return None
-        entries = dict(entries)
-        for seq, created, name, quota, admin, key, token_hash, stored in rows.analysts_after(n):
-            if seq != n + 1:
-                raise self._broken(f"analyst entry {n + 1} was removed")
-            q = None if quota is None else _positive(quota)
-            if (
-                (quota is not None and q is None)
-                or not isinstance(name, str)
-                or not name
-                or not isinstance(created, float)
-                or admin not in (0, 1)
-                or (key is None) != (token_hash is None)
-            ):
-                raise LedgerError(
-                    f"ledger {self.path}: analyst entry {seq} is malformed; restore the ledger "
-                    "from a backup"
-                )
-            h = _digest(prev, _encode((seq, created, name, quota, admin, key, token_hash)))
-            if h.hex() != stored:
-                raise self._broken(f"analyst entry {seq} ({name!r}) was altered or removed")
-            entries[name] = _Entry(q, bool(admin), key, token_hash)
-            n, prev = seq, h
-        if (n, prev.hex()) != (head_n, head_h):
-            raise self._broken(
-                f"analyst entries were removed or added (the ledger records {head_n}, found {n})"
-            )
-        return entries, (n, prev)
 
     # --- transactions -------------------------------------------------------------------
 
@@ -746,7 +538,7 @@ class Ledger(Anchoring):
                 f"{level} (the cost must be > 0 and the level at least the cost)"
             )
         cov = json.dumps(coverage) if isinstance(coverage, dict) else None
-        if cov is None or _valid_coverage(cov) is None:
+        if cov is None or chain.valid_coverage(cov) is None:
             raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
         with self._lock, self._write():
             rows = self._rows()
@@ -769,11 +561,11 @@ class Ledger(Anchoring):
                 str(level),
                 noise,
             )
-            h = _charge_hash(self._head[1], fields)
+            h = chain.charge_hash(self._head[1], fields)
             text = seal = None
             if answer is not None:
                 text = json.dumps(answer)
-                seal = _answer_seal(h, text)
+                seal = chain.answer_seal(h, text)
             rows.insert_charge((*fields, h.hex(), text, seal))
             rows.set_meta("charges_head", f"{cid} {h.hex()}")
             self._head = (cid, h)
@@ -782,7 +574,7 @@ class Ledger(Anchoring):
     def record_answer(self, charge_id: int, answer: object) -> None:
         self.record_answers([(charge_id, answer)])
 
-    @_retried
+    @retried
     def record_answers(self, answers: list[tuple[int, object]]) -> None:
         """Record (and seal) answers of committed charges, in one transaction."""
         if not answers:
@@ -795,116 +587,9 @@ class Ledger(Anchoring):
                 if cid not in hashes:
                     raise LedgerError(f"ledger {self.path}: no charge {cid} to answer")
                 text = json.dumps(a)
-                seal = _answer_seal(self._stored_hash(hashes[cid], f"charge {cid}"), text)
+                seal = chain.answer_seal(self._stored_hash(hashes[cid], f"charge {cid}"), text)
                 out.append((text, seal, cid))
             rows.set_answers(out)
-
-    # --- analysts and quotas ---------------------------------------------------------------
-
-    def _refresh_analysts(self) -> None:
-        try:
-            with self._snapshot():
-                self._read_analysts()
-        except self._store.errors as err:
-            raise self._unreadable(err) from None
-
-    def quota(self, analyst: str) -> Fraction | bool | None:
-        """The analyst's quota; None for no quota; False if the analyst is unknown."""
-        with self._lock:
-            self._refresh_analysts()
-            entry = self._analysts.get(analyst)
-            return False if entry is None else entry.quota
-
-    def analysts(self) -> dict[str, Fraction | None]:
-        """Every registered analyst and the quota in force (None: no quota of their own)."""
-        with self._lock:
-            self._refresh_analysts()
-            return {name: e.quota for name, e in self._analysts.items()}
-
-    # --- credentials for the HTTP service ---------------------------------------------------
-
-    @_retried
-    def add_credential(
-        self, name: str, *, quota: Fraction | None = None, admin: bool = False
-    ) -> str:
-        """Give ``name`` a new bearer token (registering them if new) and return it; only
-        its hash is kept, in the analysts' chain. ``quota`` None keeps the quota in force
-        (none for a new analyst); a quota given here is an administrator's explicit
-        change. A previous token of ``name`` stops working."""
-        q = self._check_quota(name, quota)
-        token, key, token_hash = new_token()
-        with self._lock, self._write():
-            self._read_analysts()
-            have = self._analysts.get(name)
-            keep = have.quota if have is not None else None
-            self._append_analyst(
-                name, keep if q is None else q, admin=bool(admin), key=key, token_hash=token_hash
-            )
-        return token
-
-    @_retried
-    def revoke(self, name: str) -> None:
-        """Stop ``name``'s token from working (at once, in every process); their charges
-        and quota stay."""
-        with self._lock, self._write():
-            self._read_analysts()
-            have = self._analysts.get(name)
-            if have is None:
-                raise InvalidParameter(f"no analyst {name!r} in ledger {self.path}")
-            if have.token_key is not None or have.admin:
-                self._append_analyst(name, have.quota, admin=False, key=None, token_hash=None)
-
-    def credentials(self) -> list[Credential]:
-        """Every analyst: quota, role, and whether they hold a working token."""
-        with self._lock:
-            self._refresh_analysts()
-            return [
-                Credential(n, e.quota, e.admin, e.token_key is not None)
-                for n, e in sorted(self._analysts.items())
-            ]
-
-    def authenticate(self, token: object) -> Principal | None:
-        """Who holds ``token``, or None (unknown, malformed or revoked).
-
-        Never waits for a check-and-charge: tokens are looked up in a verified view of
-        the analysts' chain, brought up to the head on a read-only connection of its own
-        before each lookup (one small read), so a revocation committed by any process
-        applies to every request that starts after its commit. An SQLite file is locked
-        for readers only while a commit is written, which this read waits for (at most
-        5 s, then :class:`LedgerError`); PostgreSQL readers never wait. A view older than
-        the ledger's is never used: a token just revoked, or just made, is never judged
-        by one."""
-        parts = split_token(token)
-        key, secret = parts if parts is not None else ("", "")
-        found = self._tokens().get(key) if key else None
-        name, entry = found if found is not None else (None, None)
-        stored = entry.token_hash if entry is not None and entry.token_hash else "0" * 64
-        if not matches(secret, stored) or entry is None or name is None:
-            return None
-        return Principal(name, entry.admin)
-
-    def _tokens(self) -> dict[str, tuple[str, _Entry]]:
-        """token key -> (analyst, entry), for the tokens in force (see authenticate)."""
-        if not self.durable:  # in memory: this object is the only writer
-            with self._lock:
-                self._refresh_analysts()
-                return _by_key(self._analysts)
-        with self._auth_lock:
-            if self._closed:
-                raise LedgerError(f"ledger {self.path}: closed")
-            self._usable()
-            head, entries, by_key = self._auth_view
-            if not head[1]:
-                head = (0, _analysts_genesis(self._genesis))
-            try:
-                got = self._store.read_now(lambda rows: self._analysts_after(rows, head, entries))
-            except self._store.errors as err:
-                raise self._unreadable(err) from None
-            if got is not None:
-                entries, head = got
-                by_key = _by_key(entries)
-                self._auth_view = (head, entries, by_key)
-            return by_key
 
     def _check_charges_tail(self) -> None:
         """Before extending the chain, verify its last charge again, in full."""
@@ -913,94 +598,6 @@ class Ledger(Anchoring):
             self._read_after(n - 1, build=False)
             if self._head != (n, h):
                 raise self._broken(f"charge {n} was altered or removed")
-
-    def _check_analysts_tail(self) -> None:
-        """Before extending the quotas' chain, verify its last entry again, in full."""
-        n, h = self._analysts_head
-        if n == 0:
-            return
-        rows = self._rows()
-        if n == 1:
-            prev = _analysts_genesis(self._genesis)
-        else:
-            r = rows.analyst(n - 1)
-            prev = b"" if r is None else self._stored_hash(r[7], f"analyst entry {n - 1}")
-        r = rows.analyst(n)
-        if r is None or _digest(prev, _encode(tuple(r[:7]))) != h:
-            raise self._broken(f"analyst entry {n} was altered or removed")
-
-    def _append_analyst(
-        self,
-        name: str,
-        quota: Fraction | None,
-        *,
-        admin: bool | None = None,
-        key: str | bool | None = False,
-        token_hash: str | None = None,
-    ) -> None:
-        """Append an entry for ``name``; role and token carry over unless given
-        (``key=False``: keep the current token)."""
-        self._check_analysts_tail()
-        n, prev = self._analysts_head
-        have = self._analysts.get(name, _Entry(None))
-        if admin is None:
-            admin = have.admin
-        if key is False:
-            key, token_hash = have.token_key, have.token_hash
-        seq = n + 1
-        text = None if quota is None else str(quota)
-        created = time.time()
-        fields = (seq, created, name, text, int(admin), key, token_hash)
-        h = _digest(prev, _encode(fields))
-        rows = self._rows()
-        rows.insert_analyst((*fields, h.hex()))
-        rows.set_meta("analysts_head", f"{seq} {h.hex()}")
-        self._analysts = {**self._analysts, name: _Entry(quota, admin, key, token_hash)}  # type: ignore[arg-type]
-        self._analysts_head = (seq, h)
-
-    @staticmethod
-    def _check_quota(name: str, quota: Fraction | None) -> Fraction | None:
-        if not isinstance(name, str) or not name:
-            raise InvalidParameter("an analyst needs a non-empty name")
-        if quota is None:
-            return None
-        q = Fraction(quota)
-        if q <= 0:
-            raise InvalidParameter(f"a quota must be > 0, got {quota}")
-        return q
-
-    @_retried
-    def register_analyst(self, name: str, quota: Fraction | None = None) -> Fraction | None:
-        """Register ``name`` (with ``quota``, None for none), or find them registered.
-
-        A registered analyst keeps the quota in force: ``quota=None`` (or the same quota)
-        changes nothing, and a different quota is refused with :class:`InvalidParameter`;
-        only :meth:`set_quota` changes a quota. Returns the quota in force."""
-        q = self._check_quota(name, quota)
-        with self._lock, self._write():
-            self._read_analysts()
-            if name in self._analysts:
-                have = self._analysts[name].quota
-                if q is None or q == have:
-                    return have
-                now = "has no quota" if have is None else f"has the quota {have}"
-                raise InvalidParameter(
-                    f"analyst {name!r} {now} in ledger {self.path}; a quota, once set, is "
-                    "changed only by an explicit set_quota"
-                )
-            self._append_analyst(name, q)
-            return q
-
-    @_retried
-    def set_quota(self, analyst: str, quota: Fraction | None) -> None:
-        """An administrator's change: ``analyst``'s quota becomes ``quota`` (None removes
-        it), registering them if needed. Recorded in the analysts' chain."""
-        q = self._check_quota(analyst, quota)
-        with self._lock, self._write():
-            self._read_analysts()
-            if analyst in self._analysts and self._analysts[analyst].quota == q:
-                return
-            self._append_analyst(analyst, q)
 
     # --- copies ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpcurator.curator.anchor import Anchor, Heads, problem
+from dpcurator.curator.ledger_chain import analysts_genesis
 from dpcurator.curator.stores import Store, is_url, open_store, target_of
 from dpcurator.errors import InvalidParameter, LedgerError
 
@@ -276,8 +277,6 @@ class Anchoring:
 
     def _all_analysts(self, rows: Rows) -> tuple[int, bytes]:
         """The head of the analysts' chain, verified from its genesis in ``rows``."""
-        from dpcurator.curator.ledger import _analysts_genesis
-
-        start = (0, _analysts_genesis(self._genesis))
+        start = (0, analysts_genesis(self._genesis))
         got = self._analysts_after(rows, start, {})  # type: ignore[attr-defined]
         return start if got is None else got[1]
