@@ -130,3 +130,5 @@ class Stores:
             con.execute("SET lock_timeout = '20s'")
             for p in self.made:
                 con.execute(f'DROP SCHEMA IF EXISTS "{p.schema}" CASCADE')
+                # the shared request-rate buckets beside it (dpcurator.curator.stores.postgres_rate)
+                con.execute(f'DROP SCHEMA IF EXISTS "{p.schema[:58]}_rate" CASCADE')

@@ -47,6 +47,9 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   max_body_bytes = 1000000
   requests_per_second = 20      # per analyst
   burst = 40
+  rate_limit_scope = "auto"     # shared: one bucket per analyst in a PostgreSQL ledger's
+                                # database for every server on it; server: each its own;
+                                # auto (default): shared when the ledger is postgresql://
   request_time_limit = 10       # seconds to decide one request (past it: 503, no charge)
   solver_time_limit = 5         # seconds of exact overlap checks per request
   solver_threads = 4            # exact checks at once (each analyst's one at a time)
@@ -156,6 +159,7 @@ _KEYS = {
         "max_body_bytes",
         "requests_per_second",
         "burst",
+        "rate_limit_scope",
         "request_time_limit",
         "solver_time_limit",
         "solver_threads",
@@ -452,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
+    from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
     _known(cfg)
@@ -474,10 +479,17 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidParameter(
                 f"TLS: cannot use certificate {cert} with key {key}: {err}"
             ) from None
+    scope = _text(server, "server", "rate_limit_scope", "auto")
+    if scope not in RATE_SCOPES:
+        raise InvalidParameter(
+            f"--config: [server] rate_limit_scope must be one of {', '.join(RATE_SCOPES)}, "
+            f"got {scope!r}"
+        )
     limits = Limits(
         max_body_bytes=_positive(server, "max_body_bytes", 1_000_000, integer=True),
         requests_per_second=_positive(server, "requests_per_second", 20.0),
         burst=_positive(server, "burst", 40, integer=True),
+        rate_scope=scope,
     )
     time_limit = server.get("solver_time_limit", 5.0)
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
@@ -510,6 +522,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.demo:
             token = curator.add_analyst("demo", admin=True)
+        if scope == "shared" and curator.ledger.kind != "postgresql":
+            raise InvalidParameter(
+                '--config: [server] rate_limit_scope = "shared" needs a ledger several '
+                "servers share: --ledger postgresql://..."
+            )
         app = create_app(curator, limits)
         # a TCP socket by protocol, so that asyncio sets TCP_NODELAY on each connection
         # (without it every response waits ~40 ms for the client's delayed ACK)
@@ -539,6 +556,15 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             print(_analysts_line(curator, ledger))
+        print(
+            f"rate limit: {limits.requests_per_second:g} requests a second per analyst, "
+            f"{limits.burst} at once, "
+            + (
+                "shared by every server on this ledger"
+                if isinstance(app.state.rate, SharedRateLimiter)
+                else "counted by this server"
+            )
+        )
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
         for line in _data_lines(curator):
             print(line)

@@ -147,6 +147,13 @@ class AnalystsChain:
                 for n, e in sorted(self._analysts.items())
             ]
 
+    def shared_buckets(self) -> Any:
+        """Request-rate buckets every server on this ledger shares (a PostgreSQL
+        ledger's, :mod:`dpcurator.curator.stores.postgres_rate`), or None (a ledger file
+        is one server's)."""
+        make = getattr(self._store, "buckets", None)
+        return None if make is None else make()
+
     def authenticate(self, token: object) -> Principal | None:
         """Who holds ``token``, or None (unknown, malformed or revoked).
 

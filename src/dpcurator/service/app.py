@@ -32,7 +32,7 @@ from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
 from dpcurator.service import request_errors
-from dpcurator.service.limits import BodySizeLimit, Limits, RateLimiter
+from dpcurator.service.limits import BodySizeLimit, Limits, rate_limiter
 
 log = logging.getLogger("dpcurator.service")
 
@@ -162,7 +162,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     """The FastAPI application serving ``curator`` (which it does not close)."""
     limits = limits or Limits()
     ledger = curator.ledger
-    rate = RateLimiter(limits.requests_per_second, limits.burst)
+    rate = rate_limiter(limits, ledger)
     app = FastAPI(
         title="dpcurator",
         version="1",

@@ -13,17 +13,25 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dpcurator.errors import InvalidParameter
+
+#: Where an analyst's request-rate bucket lives: ``auto`` (shared when the ledger is a
+#: database several servers share, else this server's), ``shared`` or ``server``.
+RATE_SCOPES = ("auto", "shared", "server")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-server limits (all public)."""
+    """Per-server limits (all public). ``rate_scope``: see :data:`RATE_SCOPES`."""
 
     max_body_bytes: int = 1_000_000
     requests_per_second: float = 20.0
     burst: int = 40
+    rate_scope: str = "auto"
 
 
 class BodySizeLimit:
@@ -118,3 +126,36 @@ class RateLimiter:
 
     def allow(self, who: str) -> bool:
         return self.wait(who) == 0.0
+
+
+class SharedRateLimiter(RateLimiter):
+    """The same buckets, kept in the ledger's database and shared by every server on
+    it (:mod:`dpcurator.curator.stores.postgres_rate`: refilled by the database's
+    clock, each request one atomic statement). Thread-safe."""
+
+    def __init__(self, buckets: Any, rate: float, burst: int) -> None:
+        super().__init__(rate, burst)
+        self._shared = buckets
+
+    def wait(self, who: str) -> float:
+        return float(self._shared.take(who, self.rate, self.burst))
+
+    def close(self) -> None:
+        self._shared.close()
+
+
+def rate_limiter(limits: Limits, ledger: Any) -> RateLimiter:
+    """The rate limiter ``limits`` ask for on ``ledger`` (see :data:`RATE_SCOPES`)."""
+    if limits.rate_scope not in RATE_SCOPES:
+        raise InvalidParameter(
+            f"rate_scope must be one of {', '.join(RATE_SCOPES)}, got {limits.rate_scope!r}"
+        )
+    buckets = None if limits.rate_scope == "server" else ledger.shared_buckets()
+    if buckets is None:
+        if limits.rate_scope == "shared":
+            raise InvalidParameter(
+                "a shared rate limit needs a ledger several servers share (postgresql://...); "
+                f"ledger {ledger.path} is one server's"
+            )
+        return RateLimiter(limits.requests_per_second, limits.burst)
+    return SharedRateLimiter(buckets, limits.requests_per_second, limits.burst)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from dpcurator.curator.stores import is_url
+from dpcurator.curator.stores.postgres_rate import SharedBuckets
 from dpcurator.curator.stores.postgres_text import LedgerURL, read_url, reword, with_schema
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.errors import LedgerError, LedgerMissing
@@ -366,6 +367,11 @@ class PostgresStore:
         self._conn.close()
         if self._auth is not None:
             self._auth.close()
+
+    def buckets(self) -> SharedBuckets:
+        """Request-rate buckets that every server on this ledger shares
+        (:mod:`.postgres_rate`), on a connection of their own."""
+        return SharedBuckets(self._connect, self.schema, self.say, self.errors)
 
     # --- copies ----------------------------------------------------------------------
 
