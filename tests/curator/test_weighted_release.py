@@ -95,7 +95,7 @@ def test_weighted_release_charges_records_and_reopens(
             assert np.abs(np.array(rows) - truth).max() < 60 * m.noise.std()
             if m.weights is not None:
                 rec = h.answer["weights"]
-                back = KroneckerWeights(tuple(np.array(f) for f in rec["kronecker"]))
+                back = KroneckerWeights.from_json(rec)
                 assert back == m.weights and len(rec["cells"]) == len(m.cells)
             noisy.append(rows)
         be.close()

@@ -9,6 +9,7 @@ differences; the residual costs against ResidualPlanner's closed form."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ from dpcurator.planner.budget import PlanBudget
 from dpcurator.planner.strategies import marginals as mg
 from dpcurator.planner.strategies import p_identity as pid
 from dpcurator.planner.strategies.domain import atom_domain
-from dpcurator.planner.strategies.weights import KroneckerWeights, centred
+from dpcurator.planner.strategies.weights import Centred, KroneckerWeights, centred
 from dpcurator.privacy import GDP, ZCDP, PureDP
 from dpcurator.queries import Schema, parse_workload_text
 from tests.planner.test_strategies import MIXED, SCHEMA, _dense_queries, assert_charges_brute_force
@@ -55,7 +56,7 @@ def test_kronecker_rows_and_norms_equal_the_dense_matrix(factors, data):
     assert kw.column_factor("epsilon").tolist() == np.abs(a).sum(axis=0).tolist()
     assert kw.column_factor("rho").tolist() == (a * a).sum(axis=0).tolist()
     assert kw.column_factor("mu").tolist() == (a * a).sum(axis=0).tolist()
-    back = KroneckerWeights(tuple(np.array(f) for f in kw.to_json()["kronecker"]))
+    back = KroneckerWeights.from_json(json.loads(json.dumps(kw.to_json())))
     assert back == kw and hash(back) == hash(kw)
 
 
@@ -75,21 +76,42 @@ def test_kronecker_refuses_bad_factors(bad):
         KroneckerWeights(bad)
 
 
-def test_kronecker_refuses_bad_counts_and_overflow():
+def test_kronecker_rows_are_exact_whatever_the_counts():
+    """Rows are computed in Python integers: no count is too large (an overflow error
+    would depend on the data, and would come after the charge was admitted)."""
     kw = KroneckerWeights((np.array([[3, -1], [1, 1]]),))
     for bad in ([1.5, 2.0], [1, 2, 3], [[1, 2]]):
         with pytest.raises(InvalidParameter):
             kw.apply(np.array(bad))
-    big = KroneckerWeights((np.full((1, 2), 2**40, np.int64),))
-    with pytest.raises(TooLarge):
-        big.apply(np.array([2**30, 2**30]))
+    big = KroneckerWeights((np.full((1, 2), 2**40, np.int64), Centred(3)))
+    counts = np.array([2**40, 2**41, 7, 0, 1, 2**62], np.int64)
+    got = big.apply(counts)
+    want = [sum(int(a) * int(c) for a, c in zip(row, counts, strict=True)) for row in big.dense()]
+    assert [int(v) for v in got] == want and max(abs(v) for v in want) > 2**63
+    with pytest.raises(TooLarge):  # column norms are public: refused before anything
+        KroneckerWeights((np.full((4, 2), 2**31, np.int64),)).column_factor("rho")
     with pytest.raises(InvalidParameter):
         kw.column_factor("delta")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"kronecker": "x"}, {"kronecker": [[[1.5]]]}, {"kronecker": [{"centred": 1}]}, [], None],
+)
+def test_weights_from_json_refuse_bad_records(bad):
+    with pytest.raises(InvalidParameter):
+        KroneckerWeights.from_json(bad)
 
 
 @pytest.mark.parametrize("n", [2, 3, 7, 16])
 def test_centred_is_an_integer_tight_frame_of_the_residual(n):
     c = centred(n)
+    implicit = KroneckerWeights((Centred(n),))
+    assert (implicit.dense() == c).all()
+    assert implicit.column_factor("rho").tolist() == (c * c).sum(axis=0).tolist()
+    assert implicit.column_factor("epsilon").tolist() == np.abs(c).sum(axis=0).tolist()
+    x = np.arange(n, dtype=np.int64) * 5
+    assert [int(v) for v in implicit.apply(x)] == (c @ x).tolist()
     assert (c.T @ c).tolist() == (
         n * n * np.eye(n, dtype=np.int64) - n * np.ones((n, n), np.int64)
     ).tolist()

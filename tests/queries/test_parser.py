@@ -223,6 +223,8 @@ def test_workload_json() -> None:
         ("  age = 3", "<workload>:1: column 9: value 3 is outside the domain of 'age'"),
         ("age = 30 @ -1", "<workload>:1: weight must be a positive number, got '-1'"),
         ("age = 30 @ x", "<workload>:1: weight must be a positive number, got 'x'"),
+        ("age = 30 @ 1e308", "<workload>:1: weight must be between 1e-06 and 1e+06, got '1e308'"),
+        ("age = 30 @ 5e-324", "weight must be between 1e-06 and 1e+06, got '5e-324'"),
         ("histogram(foo)", "<workload>:1: unknown attribute 'foo'"),
         (
             "histogram(sex, bins=[0, 1])",

@@ -29,6 +29,7 @@ from dpcurator.planner.strategies import (
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import OverlapResult, Query, max_overlap
+from dpcurator.queries.parser import WEIGHT_RANGE
 
 #: What the optimal allocation may minimise (see :func:`make_plan`).
 OBJECTIVES = ("total", "per-table", "max")
@@ -460,8 +461,11 @@ def make_plan(
     if not qs:
         raise InvalidParameter("the workload has no queries")
     w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(qs)))
-    if len(w) != len(qs) or not all(x > 0 and math.isfinite(x) for x in w):
-        raise InvalidParameter("weights must be one positive number per query")
+    lo, hi = WEIGHT_RANGE
+    if len(w) != len(qs) or not all(lo <= x <= hi for x in w):
+        raise InvalidParameter(
+            f"weights must be one number per query, between {lo:g} and {hi:g}"
+        )
     budget = PlanBudget.of(guarantee)
     notes: list[str] = []
     if available is not None and available < budget.amount:

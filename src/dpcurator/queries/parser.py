@@ -829,6 +829,11 @@ def _json_entries(text: str, name: str) -> list[tuple[int, str, object]]:
         raise WorkloadError(f"{name}:{lineno}: invalid JSON: expected ',' or ']'")
 
 
+#: The range of a workload line's weight: relative importance, so a ratio of 10^12 is
+#: already far beyond any use (and the allocations' arithmetic stays finite).
+WEIGHT_RANGE = (1e-6, 1e6)
+
+
 def _weight(text: str) -> float:
     try:
         w = float(text)
@@ -836,6 +841,9 @@ def _weight(text: str) -> float:
         raise QueryError(f"weight must be a positive number, got {text.strip()!r}") from None
     if not math.isfinite(w) or w <= 0:
         raise QueryError(f"weight must be a positive number, got {text.strip()!r}")
+    lo, hi = WEIGHT_RANGE
+    if not lo <= w <= hi:
+        raise QueryError(f"weight must be between {lo:g} and {hi:g}, got {text.strip()!r}")
     return w
 
 

@@ -46,7 +46,7 @@ from dpcurator.planner.strategies.measurements import (
     priced,
 )
 from dpcurator.planner.strategies.products import plan_products
-from dpcurator.planner.strategies.weights import KroneckerWeights, centred
+from dpcurator.planner.strategies.weights import Centred, KroneckerWeights
 from dpcurator.queries import Query
 
 #: Strategy names: ``auto`` picks the candidate with the least expected error.
@@ -100,14 +100,27 @@ def figures(
     return obj, total, worst, per_table
 
 
+def shared_atoms(queries: Sequence[Query], memo: dict[str, Any] | None) -> AtomDomain:
+    """The workload's atom domain (:func:`.domain.atom_domain`, merged), computed once per
+    workload for the candidates that share it (``memo``)."""
+    if memo is None:
+        return atom_domain(queries, merge=True)
+    if "atoms" not in memo:
+        memo["atoms"] = atom_domain(queries, merge=True)
+    return memo["atoms"]
+
+
 def plan_marginals(
-    queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget
+    queries: Sequence[Query],
+    omega: np.ndarray | None,
+    budget: PlanBudget,
+    memo: dict[str, Any] | None = None,
 ) -> StrategyPlan:
     """The marginals strategy with costs optimised for ``omega`` (None: the largest
     variance): marginal tables and, under zCDP and GDP, residual measurements
     (:func:`.marginals.marginals_model`). Raises :class:`InvalidParameter` when it does
     not apply."""
-    dom = atom_domain(queries, merge=True)
+    dom = shared_atoms(queries, memo)
     if dom.d == 0:
         raise InvalidParameter("no query constrains any attribute")
     model = mg.marginals_model(dom, currency=budget.currency)
@@ -148,7 +161,7 @@ def plan_marginals(
         for t, v, x in zip(tables, values, noises, strict=False)
     ]
     for t, v, x in zip(residuals, values[n:], noises[n:], strict=True):
-        kw = KroneckerWeights(tuple(centred(dom.sizes[i]) for i in mg.attributes_of(t, dom.d)))
+        kw = KroneckerWeights(tuple(Centred(dom.sizes[i]) for i in mg.attributes_of(t, dom.d)))
         ms.append(
             Measurement(
                 mg.table_name(dom, t).replace("marginal", "residual", 1),
@@ -331,11 +344,11 @@ def structured(
     """The strategy ``name``'s plan (``memo``: shared by the candidates of one workload,
     so that what they have in common is computed once)."""
     if name == "marginals":
-        return plan_marginals(queries, omega, budget)
+        return plan_marginals(queries, omega, budget, memo)
     if name in ("identity", "tree"):
         return plan_ranges(queries, omega, budget, name, {} if memo is None else memo)
     if name == "p-identity":
-        return plan_products(queries, omega, budget)
+        return plan_products(shared_atoms(queries, memo), omega, budget)
     raise InvalidParameter(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 

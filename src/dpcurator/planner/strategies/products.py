@@ -36,7 +36,7 @@ import numpy as np
 from dpcurator.errors import InvalidParameter
 from dpcurator.planner.budget import PlanBudget
 from dpcurator.planner.strategies import p_identity as pid
-from dpcurator.planner.strategies.domain import AtomDomain, atom_domain
+from dpcurator.planner.strategies.domain import AtomDomain
 from dpcurator.planner.strategies.measurements import (
     Measurement,
     StrategyPlan,
@@ -44,7 +44,6 @@ from dpcurator.planner.strategies.measurements import (
     priced,
 )
 from dpcurator.planner.strategies.weights import KroneckerWeights
-from dpcurator.queries import Query
 
 #: The most atoms of one attribute (dense n x n algebra, O(p n^2) per iteration).
 MAX_ATOMS = 256
@@ -194,11 +193,11 @@ def factor_scale(budget: PlanBudget, d: int) -> int:
 
 
 def plan_products(
-    queries: Sequence[Query], omega: np.ndarray | None, budget: PlanBudget
+    dom: AtomDomain, omega: np.ndarray | None, budget: PlanBudget
 ) -> StrategyPlan:
-    """The Kronecker product of per-attribute p-Identity strategies, optimised for
-    ``omega`` (None: equal weights; the figures then report the largest variance)."""
-    dom = atom_domain(queries, merge=True)
+    """The Kronecker product of per-attribute p-Identity strategies on the workload's
+    atom domain ``dom``, optimised for ``omega`` (None: equal weights; the figures then
+    report the largest variance)."""
     _check(dom)
     model = BoxModel.of(dom)
     om = per_profile(omega, model.profile_of, len(model.queries))
