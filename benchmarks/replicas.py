@@ -15,7 +15,8 @@ Configurations:
 
 - ``sqlite``: 1 server on an SQLite ledger file (the embedded default), then 2 and 4
   server processes on that one file (one host);
-- ``postgresql``: 1, 2 and 4 replicas on one PostgreSQL ledger (fresh schema each).
+- ``postgresql``: 1, 2 and 4 replicas on one PostgreSQL ledger (fresh schema each),
+  each with the rate limit shared in the database (the default) and per server.
 
 The PostgreSQL server is a throw-away one started here from Debian's binaries with fsync
 on (``tests/postgres_server.py``; as root it runs as user dpcpg or postgres), unless
@@ -115,10 +116,12 @@ def write_data(directory: Path) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def servers(directory: Path, data: tuple[Path, Path], ledger: str, n: int) -> Iterator[list[str]]:
-    """``n`` serve processes on ``ledger``: their URLs."""
+def servers(
+    directory: Path, data: tuple[Path, Path], ledger: str, n: int, scope: str = "auto"
+) -> Iterator[list[str]]:
+    """``n`` serve processes on ``ledger`` (rate limit ``scope``): their URLs."""
     cfg = directory / "server.toml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(CONFIG + f'rate_limit_scope = "{scope}"\n')
     procs: list[subprocess.Popen] = []
     try:
         urls = []
@@ -204,7 +207,12 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-CONFIGS = [("sqlite", 1), ("sqlite", 2), ("sqlite", 4)] + [("postgresql", k) for k in (1, 2, 4)]
+#: (ledger, servers, rate-limit scope): on PostgreSQL the default scope shares each
+#: analyst's bucket in the database (one statement per request); "server" keeps each
+#: server's own, for the cost of sharing, in the same run.
+CONFIGS = [("sqlite", 1, "auto"), ("sqlite", 2, "auto"), ("sqlite", 4, "auto")] + [
+    ("postgresql", k, scope) for k in (1, 2, 4) for scope in ("auto", "server")
+]
 
 
 def main() -> int:
@@ -225,14 +233,14 @@ def main() -> int:
         sep = "&" if "?" in server else "?"
         with contextlib.ExitStack() as stack:
             up = []
-            for kind, n in CONFIGS:
-                d = tmp / f"{kind}-{n}"
+            for kind, n, scope in CONFIGS:
+                d = tmp / f"{kind}-{n}-{scope}"
                 d.mkdir()
                 if kind == "sqlite":
                     ledger = str(d / "ledger.db")
                 else:
                     ledger = f"{server}{sep}schema=bench_{secrets.token_hex(4)}"
-                urls = stack.enter_context(servers(d, data, ledger, n))
+                urls = stack.enter_context(servers(d, data, ledger, n, scope))
                 led = Ledger(ledger, None, create=False)
                 try:
                     tokens = [led.add_credential(f"analyst{i}") for i in range(CLIENTS)]
@@ -244,9 +252,12 @@ def main() -> int:
                 for k in range(len(CONFIGS)):
                     i = (k + r) % len(CONFIGS)
                     runs[i].append(measure(*up[i], args.seconds))
-                    kind, n = CONFIGS[i]
+                    kind, n, scope = CONFIGS[i]
                     rate = runs[i][-1]["rate"]
-                    print(f"  round {r + 1}: {kind} x{n}: {rate:.0f} counts/s", file=sys.stderr)
+                    print(
+                        f"  round {r + 1}: {kind} x{n} ({scope}): {rate:.0f} counts/s",
+                        file=sys.stderr,
+                    )
         rows = [summary(rs) for rs in runs]
         base = rows[0]["rate"]
         print(
@@ -254,14 +265,15 @@ def main() -> int:
             f"{args.seconds:g} s, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
         )
         print(
-            "| ledger | servers | counts/s | rounds (min-max) | p50 ms | p95 ms "
+            "| ledger | servers | rate limit | counts/s | rounds (min-max) | p50 ms | p95 ms "
             "| vs 1 SQLite server | not answered |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        for (kind, n), r in zip(CONFIGS, rows, strict=True):
+        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+        for (kind, n, scope), r in zip(CONFIGS, rows, strict=True):
             errors = ", ".join(f"{v} {k}" for k, v in r["errors"].items()) or "0"
+            shown = "per server" if scope == "server" or kind == "sqlite" else "shared"
             print(
-                f"| {kind} | {n} | {r['rate']:.0f} | {r['low']:.0f}-{r['high']:.0f} | "
+                f"| {kind} | {n} | {shown} | {r['rate']:.0f} | {r['low']:.0f}-{r['high']:.0f} | "
                 f"{r['p50']:.1f} | {r['p95']:.1f} | {r['rate'] / base:.2f}x | {errors} |"
             )
     finally:

@@ -528,6 +528,12 @@ def run(args: argparse.Namespace) -> int:
                 "servers share: --ledger postgresql://..."
             )
         app = create_app(curator, limits)
+        if isinstance(app.state.rate, SharedRateLimiter):
+            sys.stderr.write(
+                f"dpcurator serve: note: the rate limit ({limits.requests_per_second:g} "
+                f"requests a second per analyst, {limits.burst} at once) is shared by every "
+                "server on this ledger ([server] rate_limit_scope)\n"
+            )
         # a TCP socket by protocol, so that asyncio sets TCP_NODELAY on each connection
         # (without it every response waits ~40 ms for the client's delayed ACK)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -556,15 +562,6 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             print(_analysts_line(curator, ledger))
-        print(
-            f"rate limit: {limits.requests_per_second:g} requests a second per analyst, "
-            f"{limits.burst} at once, "
-            + (
-                "shared by every server on this ledger"
-                if isinstance(app.state.rate, SharedRateLimiter)
-                else "counted by this server"
-            )
-        )
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
         for line in _data_lines(curator):
             print(line)
