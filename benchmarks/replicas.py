@@ -129,6 +129,8 @@ def servers(
             cmd = [sys.executable, "-m", "dpcurator.cli", "serve", "--port", "0"]
             cmd += ["--data", str(data[0]), "--schema", str(data[1]), "--epsilon", "1e6"]
             cmd += ["--ledger", ledger, "--config", str(cfg)]
+            if ledger.startswith("postgresql://"):  # each replica its own anchor, as on hosts
+                cmd += ["--anchor", str(directory / f"anchor-{i}")]
             log = open(directory / f"server-{i}.log", "w")  # noqa: SIM115 (the child keeps it)
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
             procs.append(p)
@@ -138,7 +140,12 @@ def servers(
             ).start()
             deadline = time.monotonic() + 120
             while True:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                try:
+                    line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    log.flush()
+                    text = (directory / f"server-{i}.log").read_text()[-2000:]
+                    raise RuntimeError(f"a server did not start: {text}") from None
                 if line.startswith("listening on "):
                     urls.append(line.split()[-1])
                     break

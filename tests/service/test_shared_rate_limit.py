@@ -117,3 +117,35 @@ def test_shared_scope_on_a_ledger_file_is_refused_in_one_line(tmp_path):
     with pytest.raises(RuntimeError) as e:
         start_server(tmp_path, data=data, config=config)
     assert "must be one of auto, shared, server" in str(e.value)
+
+
+def test_replicas_starting_together_create_the_buckets_once(postgres_stores):
+    """Eight limiters on a fresh ledger take their first token at once: the schema and
+    its table are created under a lock, so none finds the schema without its table
+    (it did: 42P01, answered 503, when two replicas started together)."""
+    place = postgres_stores.new()
+    ledger = _open(place.target)
+    try:
+        limiters = [rate_limiter(Limits(), ledger) for _ in range(8)]
+        start = threading.Barrier(len(limiters))
+        errors: list[BaseException] = []
+
+        def first(limiter: RateLimiter, who: str) -> None:
+            start.wait()
+            try:
+                assert limiter.allow(who)
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [
+            threading.Thread(target=first, args=(x, f"a{i}")) for i, x in enumerate(limiters)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        for x in limiters:
+            x.close()
+    finally:
+        ledger.close()

@@ -62,13 +62,23 @@ class SharedBuckets:
         self._statement: Any = None
 
     def _open(self) -> Any:
-        import psycopg
+        import hashlib
+
         from psycopg import sql
 
         conn = self._connect()
         conn.execute("SET synchronous_commit = off")
         ident = sql.Identifier(self.schema)
+        # replicas starting together: one creates the schema and table at a time (an
+        # advisory lock of this schema's own), so none sees the schema without its table
+        key = int.from_bytes(
+            hashlib.sha256(b"dpcurator rate\x00" + self.schema.encode()).digest()[:8],
+            "big",
+            signed=True,
+        )
+        conn.execute("BEGIN")
         try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
             conn.execute(
                 sql.SQL(
@@ -77,8 +87,10 @@ class SharedBuckets:
                     "allowed boolean NOT NULL)"
                 ).format(ident)
             )
-        except psycopg.errors.UniqueViolation:  # another replica created it just now
-            pass
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
         self._statement = sql.SQL(_TAKE).format(buckets=sql.Identifier(self.schema, "buckets"))
         return conn
 
