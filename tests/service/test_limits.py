@@ -274,7 +274,11 @@ def test_the_solver_time_limit_from_the_config(tmp_path: Path) -> None:
         s.add("ann")
         with s.client("ann") as c:
             safe = c.remaining_detail()
-            assert safe.exact is False and safe.value <= truth.value
+            # safe bounds: never above the truth; exact only if it is the truth (the
+            # solver may settle a small problem before its first look at the clock,
+            # depending on the levels recorded under the 0.01 s limit above)
+            assert safe.value <= truth.value
+            assert safe.exact is False or safe.value == truth.value
             e = c.estimate("count", query=hard(), epsilon=3.0)
             assert e.cost == 3.0
         assert s.charges() == 40
