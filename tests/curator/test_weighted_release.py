@@ -146,3 +146,22 @@ def test_uneven_weights_are_charged_per_level_in_the_ledger(tmp_path, frame):
             left = cur.remaining(f"age = {age}")
             assert left == pytest.approx(4.0 - unit * column[age], abs=1e-9)
         assert cur.remaining() == pytest.approx(4.0 - unit * column.max(), abs=1e-9)
+
+
+@pytest.mark.parametrize("strategy", ["p-identity", "marginals"])
+@pytest.mark.parametrize(
+    "cost", [5e-324, 1e-300, 1e400, float("nan"), -1.0, "0.5", True, [0.5], 2.0]
+)
+def test_weighted_strategies_refuse_extreme_costs_and_charge_nothing(
+    tmp_path, frame, strategy, cost
+):
+    """Costs at the edges of floats, of the wrong type or above the budget: one error of
+    the project's hierarchy, one line, nothing charged (zCDP: residual measurements)."""
+    from dpcurator.errors import DpCuratorError
+
+    workload = RANGES if strategy == "p-identity" else MARGINALS
+    with _open(tmp_path, frame, ZCDP(1.0)) as cur:
+        with pytest.raises(DpCuratorError) as e:
+            cur.release_workload(workload, rho=cost, strategy=strategy)
+        assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+        assert cur.history() == []
