@@ -59,6 +59,7 @@ from dpcurator.deadlines import Deadline
 from dpcurator.errors import (
     BudgetExceeded,
     InvalidParameter,
+    LedgerError,
     LedgerMissing,
     QueryError,
     TooLarge,
@@ -243,6 +244,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         self._stopping = threading.Event()  # set by close(): requests in flight stop
         self._filter = OverlapFilter(budget.amount, budget.currency)
         with ledger.lock:
+            self._load_checkpoint()
             self._sync()
 
     # --- opening ---------------------------------------------------------------------
@@ -475,6 +477,25 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         the ledger's lock held."""
         for row in self._ledger.charges_after(self._filter.last_id):
             self._filter.add(self._charge_of(row))
+
+    def _load_checkpoint(self) -> None:
+        """Start the filter from the ledger's last checkpoint, if it opened at one."""
+        opened = self._ledger.at_checkpoint()
+        if opened is None:
+            return
+        try:
+            self._filter.load(
+                opened.segments,
+                opened.summary,
+                opened.upto,
+                self._schema,
+                lambda schema, coverage: query_of(schema, coverage, ""),
+            )
+        except ValueError as err:
+            raise LedgerError(
+                f"ledger {self._ledger.path}: its last checkpoint does not fit the schemas "
+                f"({err}); restore the ledger from a backup"
+            ) from None
 
     def _charge_of(self, row: ChargeRow) -> Charge:
         q = query_of(self._schema(row.table), row.coverage, row.request)

@@ -43,21 +43,27 @@ decision on the fork plus those costs is an upper bound on the present loss.
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpcurator import deadlines
+from dpcurator.curator.lazy_rows import LazyRows
 from dpcurator.curator.table_index import Charge, TableIndex
-from dpcurator.queries import Query
+from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, contains, intersection
 from dpcurator.queries.overlap.dense import DENSE_LIMIT, dense_max_overlap
 from dpcurator.queries.overlap.wide import max_overlap_wide
 from dpcurator.queries.predicates import disjoint
+
+if TYPE_CHECKING:
+    from dpcurator.curator.checkpoint import Summary, TableSegment
 
 #: Seconds the exact maximum-overlap computations of one request may take in all, before
 #: safe upper bounds are used instead.
@@ -239,7 +245,8 @@ class OverlapFilter:
         self.budget = budget
         self.currency = currency
         self._tables: dict[str, TableIndex] = {}
-        self._log: list[Charge] = []  # every charge, in the order added (shared, see fork)
+        # every charge, in the order added (shared, see fork)
+        self._log: LazyRows[Charge] = LazyRows()
         self._n = 0  # how many of _log are this filter's
         self.last_id = 0  # the largest committed charge id held
         self._worst: dict[tuple[str, str | None], Loss] = {}  # cache of max_x L_T(x)
@@ -258,11 +265,72 @@ class OverlapFilter:
             index = self._tables[charge.table] = TableIndex(charge.query.schema)
         index.add(charge)
         if len(self._log) != self._n:  # a fork's own log (see fork), or a rollback's tail
-            self._log = self._log[: self._n]
+            self._log = self._log.head(self._n)
         self._log.append(charge)
         self._n += 1
         self._update_worst(charge)
         return True
+
+    def load(
+        self,
+        parts: Sequence[TableSegment],
+        summary: Summary,
+        upto: int,
+        schema_of: Callable[[str], Schema],
+        query_of: Callable[[Schema, dict[str, Any]], Query | BooleanQuery],
+    ) -> None:
+        """Start from a checkpoint (an empty filter only): the charges 1..``upto`` as its
+        segments ``parts`` hold them (see :mod:`dpcurator.curator.checkpoint`), each
+        table's largest level and analysts' sums from its ``summary``; a charge's query
+        is made (``query_of``) only when an exact computation first reads it.
+        ``ValueError`` if the segments are not those charges exactly, or do not fit the
+        schemas."""
+        assert self._n == 0, "only an empty filter starts from a checkpoint"
+        by_table: dict[str, list[TableSegment]] = {}
+        for p in parts:
+            by_table.setdefault(p.table, []).append(p)
+        if set(by_table) != set(summary.tables):
+            raise ValueError("the summary names other tables than the segments")
+        where: list[np.ndarray] = []
+        for table, segs in by_table.items():
+            schema = schema_of(table)
+            n, top, spent = summary.tables[table]
+            ids = np.concatenate([p.ids for p in segs])
+            if len(ids) != n:
+                raise ValueError(f"table {table}: {len(ids)} charges, the summary says {n}")
+            whos = [a for p in segs for a in (p.analysts[j] if j >= 0 else None for j in p.analyst.tolist())]
+            costs = [p.costs[j] for p in segs for j in p.cost.tolist()]
+            levels = [v for p in segs for v in p.levels]
+            covs = [c for p in segs for c in p.coverages]
+
+            def make(
+                i: int, t: str = table, s: Schema = schema, ids: np.ndarray = ids,
+                whos: list = whos, costs: list = costs, levels: list = levels,
+                covs: list = covs,
+            ) -> Charge:  # fmt: skip
+                q = query_of(s, json.loads(covs[i]))
+                return Charge(int(ids[i]), t, whos[i], q, Fraction(costs[i]), Fraction(levels[i]))
+
+            index = TableIndex(schema)
+            try:
+                index.load(segs, top, spent, make, lambda i, v=levels: Fraction(v[i]))
+            except KeyError as err:
+                raise ValueError(f"table {table}: no attribute {err}") from None
+            self._tables[table] = index
+            where.append(np.stack([ids, np.full(len(ids), len(where)), np.arange(len(ids))]))
+        every = np.concatenate(where, axis=1) if where else np.zeros((3, 0), np.int64)
+        order = np.argsort(every[0], kind="stable")
+        if not np.array_equal(every[0][order], np.arange(1, upto + 1)):
+            raise ValueError(f"the segments do not hold the charges 1 to {upto} once each")
+        indexes = [self._tables[t] for t in by_table]
+        table_at, pos_at = every[1][order], every[2][order]
+
+        def logged(i: int) -> Charge:
+            return indexes[int(table_at[i])].charges[int(pos_at[i])]
+
+        self._log = LazyRows(upto, logged)
+        self._n = upto
+        self.last_id = upto
 
     def _update_worst(self, charge: Charge) -> None:
         """The table's cached worst losses after ``charge``, in O(analysts): the points
@@ -294,7 +362,7 @@ class OverlapFilter:
 
     def rollback(self, version: int) -> None:
         """Forget the provisional charges added to a fork since ``version``."""
-        for charge in self._log[version : self._n]:
+        for charge in self._log.range(version, self._n):
             ix = self._tables[charge.table]
             ix.truncate(ix.n - 1)
             if not ix.n:
@@ -332,7 +400,7 @@ class OverlapFilter:
         tables wherever they are (a person may be anywhere there). Returns (everyone's,
         ``analyst``'s own)."""
         every, mine = Fraction(0), Fraction(0)
-        for c in self._log[version : self._n]:
+        for c in self._log.range(version, self._n):
             if c.table == table and disjoint(c.query, query):
                 continue
             every += c.cost
@@ -344,7 +412,7 @@ class OverlapFilter:
         """The costs of every charge added since ``version``, summed: what they can add to
         any point's loss, whatever it covers (everyone's, ``analyst``'s own)."""
         every, mine = Fraction(0), Fraction(0)
-        for c in self._log[version : self._n]:
+        for c in self._log.range(version, self._n):
             every += c.cost
             if analyst is not None and c.analyst == analyst:
                 mine += c.cost
@@ -369,14 +437,18 @@ class OverlapFilter:
             cached.exact or (at_most is not None and cached.settles(at_most))
         ):
             return cached
-        loss = max_loss(self.charges(table, analyst), time_limit=_left(deadline), at_most=at_most)
+        ix = self._tables.get(table)
+        boxes = None if ix is None else ix.box_worst(all if analyst is None else analyst)
+        if boxes is not None:
+            loss = Loss(boxes[0], True, _point(ix, boxes[1]), boxes[0])
+        else:
+            charges = self.charges(table, analyst)
+            loss = max_loss(charges, time_limit=_left(deadline), at_most=at_most)
         if cached is None or loss.exact or loss.value < cached.value:
             self._worst[key] = loss
-        ix = self._tables.get(table)
         if analyst is None and ix is not None:
             if loss.exact:
-                for i in range(ix.n):
-                    ix.lower(i, loss.value)
+                ix.lower_all(loss.value)
             ix.top = min(ix.top, loss.value)  # every level is at most the maximum's bound
         return loss
 
@@ -388,7 +460,7 @@ class OverlapFilter:
             if mine is None or theirs.owned or theirs.n > mine.n:
                 continue  # the fork's own charges, or not a fork of this filter
             if theirs.top < mine.top:  # the fork's levels (shared) are at most its top
-                later = max(mine.levels[theirs.n : mine.n], default=Fraction(0))
+                later = max(mine.levels.range(theirs.n, mine.n), default=Fraction(0))
                 mine.top = max(theirs.top, later)
             if mine.n == theirs.n:
                 for (table, who), loss in fork._worst.items():
@@ -620,6 +692,12 @@ def _hit(loss: Loss, room: Fraction) -> Fraction:
     """The loss a refusal reports: a real point's when one exceeds ``room``, else the
     upper bound."""
     return loss.reached if loss.reached is not None and loss.reached > room else loss.value
+
+
+def _point(index: TableIndex, positions: dict[str, int]) -> dict[str, int | str]:
+    """The point at these positions (the attributes not given at their first value)."""
+    schema = index.schema
+    return {a.name: a.value(positions.get(a.name, 0)) for a in schema.attributes}  # type: ignore[misc]
 
 
 def _left(deadline: float) -> float:

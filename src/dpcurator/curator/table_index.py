@@ -8,15 +8,27 @@ are in :mod:`dpcurator.curator.overlap_filter`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpcurator.curator.lazy_rows import LazyRows
 from dpcurator.curator.level_order import LevelOrder, meeting
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import hull
+from dpcurator.queries.overlap.dense import box_maximum
 from dpcurator.queries.predicates import disjoint
+
+if TYPE_CHECKING:
+    from dpcurator.curator.checkpoint import TableSegment
+
+#: A charge's coverage for the fast paths: one interval per attribute it constrains (its
+#: hull is its coverage), a union or several intervals, or no point at all (the codes
+#: of :mod:`dpcurator.curator.checkpoint`).
+BOX, UNION, EMPTY = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -62,11 +74,19 @@ class TableIndex:
         self.names = {name: j for j, name in enumerate(schema.names)}
         self.sizes = np.array([schema.attribute(n).size for n in schema.names], dtype=np.int64)
         self.n = 0
-        self.charges: list[Charge] = []
-        self.levels: list[Fraction] = []  # current levels (exact), may be lowered
+        self.charges: LazyRows[Charge] = LazyRows()
+        # current levels (exact), may be lowered
+        self.levels: LazyRows[Fraction] = LazyRows(lower=min)
         self.lo = np.zeros((64, len(self.names)), dtype=np.int64)
         self.hi = np.zeros((64, len(self.names)), dtype=np.int64)
         self.level = np.zeros(64)  # float levels rounded up: safe for bounds
+        self.shape = np.zeros(64, dtype=np.uint8)  # BOX, UNION or EMPTY
+        # each charge's cost and analyst, as indices into these (appended only)
+        self.cost = np.zeros(64, dtype=np.int32)
+        self.who = np.zeros(64, dtype=np.int32)
+        self.costs: list[Fraction] = []
+        self.whos: list[str | None] = []
+        self._codes: dict[object, int] = {}
         self.top = Fraction(0)  # at least every level: bounds max_x L(x) on the table
         self.spent: dict[str | None, Fraction] = {}  # each analyst's costs, summed
         self.owned = True
@@ -85,41 +105,114 @@ class TableIndex:
         new.shared_upto = self.n if self.shared_upto is None else min(self.shared_upto, self.n)
         return new
 
+    _ARRAYS = ("lo", "hi", "level", "shape", "cost", "who")
+
     def _own(self) -> None:
         """Private copies of the shared storage, before this snapshot writes a row."""
         n = self.n
-        self.charges, self.levels = self.charges[:n], self.levels[:n]
-        self.lo, self.hi, self.level = self.lo.copy(), self.hi.copy(), self.level.copy()
+        self.charges, self.levels = self.charges.head(n), self.levels.head(n)
+        for name in self._ARRAYS:
+            setattr(self, name, getattr(self, name).copy())
+        self.costs, self.whos, self._codes = list(self.costs), list(self.whos), dict(self._codes)
         self.owned = True
+
+    def _grow(self, size: int) -> None:
+        """Room for ``size`` rows in the arrays (doubling)."""
+        if size > len(self.lo):
+            room = max(size, 2 * len(self.lo))
+            for name in self._ARRAYS:
+                old = getattr(self, name)
+                new = np.zeros((room, *old.shape[1:]), dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def _code(self, kind: str, value: object) -> int:
+        """The index of a cost (``kind="cost"``) or an analyst (``"who"``) in its list."""
+        key = (kind, value)
+        code = self._codes.get(key)
+        if code is None:
+            values: list = self.costs if kind == "cost" else self.whos
+            code = self._codes[key] = len(values)
+            values.append(value)
+        return code
 
     def add(self, charge: Charge) -> None:
         if not self.owned:
             self._own()
         n = self.n
-        if n == len(self.lo):
-            self.lo = np.concatenate([self.lo, np.zeros_like(self.lo)])
-            self.hi = np.concatenate([self.hi, np.zeros_like(self.hi)])
-            self.level = np.concatenate([self.level, np.zeros_like(self.level)])
-        del self.charges[n:], self.levels[n:]  # rows a rollback left behind
+        self._grow(n + 1)
+        self.charges.truncate(n)  # rows a rollback left behind
+        self.levels.truncate(n)
         self._drop_orders_past(n)  # they hold rows a rollback left behind
         self.lo[n] = 0
         self.hi[n] = 0  # lo = hi = 0: overlaps nothing (empty charges stay so)
         self.level[n] = float_up(charge.level)
-        if not charge.query.is_empty:
+        q = charge.query
+        if q.is_empty:
+            self.shape[n] = EMPTY
+        else:
+            one = isinstance(q, Query) and all(len(p.coverage) == 1 for p in q.predicates)
+            self.shape[n] = BOX if one else UNION
             self.hi[n] = self.sizes
-            for name, (lo, hi) in hull(charge.query).items():
+            for name, (lo, hi) in hull(q).items():
                 j = self.names[name]
                 self.lo[n, j], self.hi[n, j] = lo, hi
+        self.cost[n] = self._code("cost", charge.cost)
+        self.who[n] = self._code("who", charge.analyst)
         self.charges.append(charge)
         self.levels.append(charge.level)
         self.n = n + 1  # last: a reader of the shared storage never sees a half-made row
         self.top = max(self.top, charge.level)
         self.spent[charge.analyst] = self.spent.get(charge.analyst, Fraction(0)) + charge.cost
 
+    def load(
+        self,
+        parts: Sequence[TableSegment],
+        top: Fraction,
+        spent: dict[str | None, Fraction],
+        make: Callable[[int], Charge],
+        level_of: Callable[[int], Fraction],
+    ) -> None:
+        """Start from a checkpoint's charges of this table (an empty index only): their
+        arrays copied in, their charges and exact levels made by ``make(i)`` and
+        ``level_of(i)`` when first read (see :mod:`dpcurator.curator.checkpoint`).
+        ``ValueError`` if they name an attribute the schema lacks or pass its domain."""
+        assert self.n == 0 and self.owned
+        total = sum(p.n for p in parts)
+        self._grow(total)
+        at = 0
+        for p in parts:
+            rows = slice(at, at + p.n)
+            self.hi[rows] = self.sizes
+            empty = p.shape == EMPTY
+            for c, name in enumerate(p.attrs):
+                j = self.names[name]  # KeyError: the caller's ValueError
+                lo, hi = p.lo[:, c], p.hi[:, c]
+                whole = hi < 0
+                flat = ~whole & ~empty & (lo >= hi)
+                if (lo < 0).any() or (hi > self.sizes[j]).any() or flat.any():
+                    raise ValueError(f"attribute {name}: a hull outside its domain")
+                self.lo[rows, j] = np.where(whole, 0, lo)
+                self.hi[rows, j] = np.where(whole, self.sizes[j], hi)
+            self.lo[rows][empty] = 0
+            self.hi[rows][empty] = 0
+            self.level[rows] = p.level
+            self.shape[rows] = p.shape
+            costs = np.array([self._code("cost", Fraction(c)) for c in p.costs], np.int32)
+            whos = np.array([self._code("who", a) for a in (*p.analysts, None)], np.int32)
+            self.cost[rows] = costs[p.cost]
+            self.who[rows] = whos[p.analyst]  # -1: the last, None
+            at += p.n
+        self.charges = LazyRows(total, make)
+        self.levels = LazyRows(total, level_of, lower=min)
+        self.n = total
+        self.top = top
+        self.spent = dict(spent)
+
     def truncate(self, keep: int) -> None:
         """Forget the charges past ``keep`` (provisional ones, on an owned snapshot)."""
         assert self.owned, "only a snapshot's own charges are rolled back"
-        for c in self.charges[keep : self.n]:
+        for c in self.charges.range(keep, self.n):
             self.spent[c.analyst] -= c.cost
         self.n = keep
         self._drop_orders_past(keep)
@@ -135,8 +228,49 @@ class TableIndex:
             self.levels[i] = value
             self.level[i] = float_up(value)
 
+    def lower_all(self, value: Fraction) -> None:
+        """Lower every charge's level to at most ``value`` (a bound on every point's
+        loss): the floats in one vector operation, the exact levels of the charges a
+        checkpoint loaded by a cap, the others one by one."""
+        n = self.n
+        np.minimum(self.level[:n], float_up(value), out=self.level[:n])
+        self.levels.cap(n, value)
+        for i in range(self.levels.loaded, n):
+            self.lower(i, value)
+
     def all_charges(self) -> list[Charge]:
-        return self.charges[: self.n]
+        return self.charges.range(0, self.n)
+
+    def box_worst(self, analyst: object = all) -> tuple[Fraction, dict[str, int]] | None:
+        """max_x of the summed costs of the charges covering x (only ``analyst``'s, if
+        given), exactly, with the positions of a point reaching it, when every charge
+        is a box (its hull is its coverage) and their segment grid is small: from the
+        arrays alone, so that the whole table's maximum after a long history costs a
+        few vector passes, not a Python pass per charge. None otherwise."""
+        n = self.n
+        if not n:
+            return Fraction(0), {}
+        shape = self.shape[:n]
+        if (shape == UNION).any():
+            return None
+        keep = shape == BOX
+        if analyst is not all:
+            code = self._codes.get(("who", analyst))
+            if code is None:
+                return Fraction(0), {}
+            keep &= self.who[:n] == code
+        if not keep.any():
+            return Fraction(0), {}
+        costs = self.costs
+        scale = math.lcm(*(c.denominator for c in costs))
+        weights = [c.numerator * (scale // c.denominator) for c in costs]
+        got = box_maximum(
+            self.sizes.tolist(), self.lo[:n][keep], self.hi[:n][keep], self.cost[:n][keep], weights
+        )
+        if got is None:
+            return None
+        value, point = got
+        return Fraction(value, scale), dict(zip(self.names, point, strict=True))
 
     def _drop_orders_past(self, n: int) -> None:
         if self.order is not None and self.order.count > n:

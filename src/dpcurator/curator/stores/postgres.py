@@ -47,7 +47,9 @@ from dpcurator.errors import LedgerError, LedgerMissing
 T = TypeVar("T")
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_LEDGER_TABLES = frozenset({"meta", "analysts", "charges"})
+_LEDGER_TABLES = frozenset({"meta", "analysts", "charges", "checkpoints"})
+#: The table a ledger made before checkpoints lacks (see :meth:`PostgresStore.upgrade`).
+_CHECKPOINTS = "checkpoints"
 
 #: libpq parameters dpcurator sets unless the URL gives them.
 _DEFAULTS = {
@@ -95,6 +97,16 @@ _TABLES = (
     hash text NOT NULL CHECK (length(hash) = 64),
     answer text,
     answer_hash text CHECK ((answer IS NULL) = (answer_hash IS NULL))
+)""",
+    f"""CREATE TABLE checkpoints (
+    seq bigint PRIMARY KEY CHECK (seq >= 1),
+    upto bigint NOT NULL CHECK (upto >= 1),
+    created double precision NOT NULL {_FINITE},
+    charge_hash text NOT NULL CHECK (length(charge_hash) = 64),
+    summary text NOT NULL,
+    segment_hash text NOT NULL CHECK (length(segment_hash) = 64),
+    hash text NOT NULL CHECK (length(hash) = 64),
+    segment bytea NOT NULL
 )""",
 )
 
@@ -285,7 +297,28 @@ class PostgresStore:
 
     def altered(self) -> bool:
         ns = self._namespace()
-        return ns is None or _fingerprint(self._conn, ns, self.schema) != self._reference
+        if ns is None:
+            return True
+        found = _fingerprint(self._conn, ns, self.schema)
+        older = [r for r in self._reference if r[1] not in (_CHECKPOINTS, f"{_CHECKPOINTS}_pkey")]
+        return found not in (self._reference, older)
+
+    def upgrade(self) -> bool:
+        """Add the checkpoints table to a ledger an older dpcurator made, under the
+        ledger's lock (nothing else changes); whether the ledger has it now."""
+        if _CHECKPOINTS in self.tables():
+            return True
+        conn = self._conn
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+            if _CHECKPOINTS not in self.tables():
+                conn.execute(next(t for t in _TABLES if f"TABLE {_CHECKPOINTS}" in t))
+            conn.execute("COMMIT")
+        except self._psycopg.Error:
+            self.rollback()
+            return False
+        return True
 
     def prepare(self) -> None:
         """Nothing to set on a ledger PostgreSQL already keeps durable."""

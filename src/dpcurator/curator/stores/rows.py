@@ -29,11 +29,25 @@ CHARGE_COLUMNS = (
     "answer",
     "answer_hash",
 )
+#: A checkpoint row (:mod:`dpcurator.curator.checkpoint`): what its hash covers (the
+#: first 6), its hash, and its segment's bytes.
+CHECKPOINT_COLUMNS = (
+    "seq",
+    "upto",
+    "created",
+    "charge_hash",
+    "summary",
+    "segment_hash",
+    "hash",
+    "segment",
+)
 #: An analyst row: what the analysts' chain hashes (the first 7) and its hash.
 ANALYST_COLUMNS = ("seq", "created", "name", "quota", "admin", "token_key", "token_hash", "hash")
 
 _CHARGES = ", ".join(CHARGE_COLUMNS)
 _ANALYSTS = ", ".join(ANALYST_COLUMNS)
+_CHECKPOINTS = ", ".join(CHECKPOINT_COLUMNS)
+_CHECKPOINT_FIELDS = ", ".join(CHECKPOINT_COLUMNS[:7])
 
 _SQL = {
     "meta": "SELECT key, value FROM meta",
@@ -49,6 +63,12 @@ _SQL = {
     "analysts_after": f"SELECT {_ANALYSTS} FROM analysts WHERE seq > ? ORDER BY seq",
     "analyst": f"SELECT {_ANALYSTS} FROM analysts WHERE seq = ?",
     "insert_analyst": f"INSERT INTO analysts ({_ANALYSTS}) VALUES ({', '.join('?' * 8)})",
+    "checkpoints": f"SELECT {_CHECKPOINT_FIELDS} FROM checkpoints ORDER BY seq",
+    "segments": "SELECT seq, segment FROM checkpoints WHERE seq >= ? ORDER BY seq",
+    "all_checkpoints": f"SELECT {_CHECKPOINTS} FROM checkpoints ORDER BY seq",
+    "insert_checkpoint": (
+        f"INSERT INTO checkpoints ({_CHECKPOINTS}) VALUES ({', '.join('?' * 8)})"
+    ),
 }
 
 
@@ -59,6 +79,7 @@ class Dump:
     meta: tuple[tuple[str, str], ...]
     analysts: tuple[tuple, ...]
     charges: tuple[tuple, ...]
+    checkpoints: tuple[tuple, ...] = ()
 
 
 class Rows:
@@ -133,14 +154,31 @@ class Rows:
     def insert_analyst(self, row: Sequence[object]) -> None:
         self._conn.execute(self._sql["insert_analyst"], tuple(row))
 
+    # --- checkpoints ---
+
+    def checkpoints(self) -> list[tuple]:
+        """Every checkpoint's fields and hash (not its segment), in order."""
+        return self._all("checkpoints")
+
+    def segments(self, seq: int) -> list[tuple[int, bytes]]:
+        """(seq, segment bytes) of the checkpoints from ``seq`` on."""
+        return [(s, bytes(b)) for s, b in self._all("segments", seq)]
+
+    def insert_checkpoint(self, row: Sequence[object]) -> None:
+        self._conn.execute(self._sql["insert_checkpoint"], tuple(row))
+
     # --- whole ledgers ---
 
-    def dump(self) -> Dump:
-        """Every row as stored (call inside one snapshot)."""
+    def dump(self, checkpoints: bool = True) -> Dump:
+        """Every row as stored (call inside one snapshot); ``checkpoints``: whether the
+        ledger has a checkpoints table (one an older dpcurator made has none until a curator opens it)."""
         return Dump(
             tuple(sorted((str(k), str(v)) for k, v in self.meta().items())),
             tuple(self.analysts_after(0)),
             tuple(self.charges_after(0)),
+            tuple(
+                (*r[:7], bytes(r[7])) for r in self._all("all_checkpoints")
+            ) if checkpoints else (),
         )
 
     def load(self, dump: Dump) -> None:
@@ -148,3 +186,4 @@ class Rows:
         self._many("insert_meta", dump.meta)
         self._many("insert_analyst", dump.analysts)
         self._many("insert_charge", dump.charges)
+        self._many("insert_checkpoint", dump.checkpoints)

@@ -66,7 +66,19 @@ CREATE TABLE charges (
     answer TEXT,
     answer_hash TEXT CHECK ((answer IS NULL) = (answer_hash IS NULL))
 );
+CREATE TABLE checkpoints (
+    seq INTEGER PRIMARY KEY CHECK (seq >= 1),
+    upto INTEGER NOT NULL CHECK (typeof(upto) = 'integer' AND upto >= 1),
+    created REAL NOT NULL CHECK (typeof(created) = 'real'),
+    charge_hash TEXT NOT NULL CHECK (length(charge_hash) = 64),
+    summary TEXT NOT NULL CHECK (typeof(summary) = 'text'),
+    segment_hash TEXT NOT NULL CHECK (length(segment_hash) = 64),
+    hash TEXT NOT NULL CHECK (length(hash) = 64),
+    segment BLOB NOT NULL CHECK (typeof(segment) = 'blob')
+);
 """
+#: The table a ledger made before checkpoints lacks (see :meth:`SQLiteStore.upgrade`).
+CHECKPOINTS = "checkpoints"
 
 
 class SQLiteStore:
@@ -121,7 +133,26 @@ class SQLiteStore:
         objects = self._db.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
         ).fetchall()
-        return objects != _expected_objects()
+        expected = _expected_objects()
+        older = [o for o in expected if o[2] != CHECKPOINTS]
+        return objects not in (expected, older)
+
+    def upgrade(self) -> bool:
+        """Add the checkpoints table to a ledger an older dpcurator made (nothing else
+        changes: its chains verify as before); whether the ledger has it now (a file
+        that cannot be written keeps working without)."""
+        if CHECKPOINTS in self.tables():
+            return True
+        statement = next(s for s in _SCHEMA.split(";") if f"TABLE {CHECKPOINTS}" in s)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            if CHECKPOINTS not in self.tables():
+                self._db.execute(statement)
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            self.rollback()
+            return False
+        return True
 
     def prepare(self) -> None:
         """Once the file is known to be a ledger: the journal mode and syncs it needs."""

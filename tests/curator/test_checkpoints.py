@@ -1,0 +1,423 @@
+"""Checkpoints: a curator reopens a long ledger from its last checkpoint, with the same
+filter as one rebuilt from every charge, and nothing before a checkpoint can be changed
+unseen.
+
+Real ledgers on both stores (``place``: an SQLite file and a PostgreSQL schema), real
+curators over a real CSV file; tampering is done with SQL behind dpcurator's back. The
+filter after a reopen is compared with one rebuilt from every charge, and per point
+with brute force over the whole (small) domain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import sqlite3
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpcurator import Curator
+from dpcurator.curator import checkpoint as cp
+from dpcurator.curator.admission import query_of
+from dpcurator.curator.ledger import Ledger, backup_ledger
+from dpcurator.curator.overlap_filter import OverlapFilter
+from dpcurator.curator.table_index import Charge
+from dpcurator.errors import BudgetExceeded, LedgerError
+from dpcurator.privacy import PureDP
+from dpcurator.queries.overlap.dense import box_maximum
+
+SCHEMA = {
+    "attributes": [
+        {"name": "a", "type": "integer", "min": 0, "max": 5},
+        {"name": "b", "type": "categorical", "values": ["x", "y", "z"]},
+    ]
+}
+POINTS = list(itertools.product(range(6), ["x", "y", "z"]))
+
+
+@pytest.fixture
+def table(tmp_path):
+    rng = np.random.default_rng(3)
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": rng.integers(0, 6, 300), "b": rng.choice(list("xyz"), 300)}).to_csv(
+        data, index=False
+    )
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    return data, schema
+
+
+def requests(seed: int, n: int) -> list[str]:
+    """Boxes, unions, several intervals, empty and whole-domain queries."""
+    r = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a0 = r.randrange(6)
+        a1 = r.randrange(a0, 6)
+        kind = r.randrange(6)
+        if kind == 0:
+            out.append(f"a BETWEEN {a0} AND {a1}")
+        elif kind == 1:
+            out.append(f"a BETWEEN {a0} AND {a1} AND b = '{r.choice('xyz')}'")
+        elif kind == 2:
+            out.append(f"a = {a0} OR b = '{r.choice('xyz')}'")
+        elif kind == 3:
+            out.append(f"b IN ('x', 'z') AND a <= {a1}")
+        elif kind == 4:
+            out.append("a > 5")  # no point
+        else:
+            out.append("a >= 0")
+    return out
+
+
+def open_curator(table, place, budget=40, **kw):
+    data, schema = table
+    return Curator.open(data=data, schema=schema, budget=PureDP(budget), ledger=place.target, **kw)
+
+
+def spend(c: Curator, seed: int, n: int) -> None:
+    r = random.Random(seed)
+    sessions = [c, c.analyst("ann", quota=25), c.analyst("bob")]
+    for q in requests(seed, n):
+        who = r.choice(sessions)
+        try:
+            who.count(q, epsilon=r.choice([0.5, 0.25, 1 / 3, 1e-3]))
+        except BudgetExceeded:
+            pass
+
+
+def rebuilt(c: Curator) -> OverlapFilter:
+    """The filter rebuilt from every charge of the ledger (verified from the genesis)."""
+    f = OverlapFilter(c.budget.amount, c.budget.currency)
+    for row in c._ledger.charges_after(0):
+        f.add(c._charge_of(row))
+    return f
+
+
+def loss_at(f: OverlapFilter, point: tuple, analyst: object = all) -> Fraction:
+    """L(x) by brute force: the costs of the charges whose query holds the point."""
+    x = dict(zip(("a", "b"), point, strict=True))
+    return sum(
+        (
+            ch.cost
+            for ch in f.charges("data")
+            if (analyst is all or ch.analyst == analyst) and ch.query.covers(x)
+        ),
+        Fraction(0),
+    )
+
+
+def same_filters(got: OverlapFilter, want: OverlapFilter) -> None:
+    assert got.last_id == want.last_id and got.version == want.version
+    g, w = got._tables["data"], want._tables["data"]
+    n = w.n
+    assert g.n == n and g.charges.loaded > 0  # it started from a checkpoint
+    for name in ("lo", "hi", "level", "shape"):
+        assert np.array_equal(getattr(g, name)[:n], getattr(w, name)[:n]), name
+    assert [g.costs[i] for i in g.cost[:n]] == [w.costs[i] for i in w.cost[:n]]
+    assert [g.whos[i] for i in g.who[:n]] == [w.whos[i] for i in w.who[:n]]
+    assert g.top == w.top and g.spent == w.spent
+    for a, b in zip(g.all_charges(), w.all_charges(), strict=True):
+        assert (a.id, a.table, a.analyst, a.cost, a.level) == (b.id, b.table, b.analyst, b.cost, b.level)
+        assert all(a.query.covers(dict(zip("ab", p, strict=True))) == b.query.covers(dict(zip("ab", p, strict=True))) for p in POINTS)
+    assert [c.id for c in got._log.range(0, got.version)] == list(range(1, n + 1))
+
+
+def test_a_reopened_curator_starts_at_the_last_checkpoint_with_the_same_filter(table, place):
+    c = open_curator(table, place)
+    c._ledger.checkpoint_every = 7
+    spend(c, 1, 60)
+    n = c._ledger.head[0]
+    c.close()
+    led = Ledger(place.target, None, create=False, anchor=None)
+    assert led.verify() == n and len(led._checkpoints) == n // 7  # every one checked
+    led.close()
+    c = open_curator(table, place)
+    try:
+        want = rebuilt(c)
+        same_filters(c._filter, want)
+        for point in POINTS:  # per point, brute force, the same
+            assert loss_at(c._filter, point) == loss_at(want, point)
+        worst = max(loss_at(want, p) for p in POINTS)
+        assert c._filter.worst("data").value == worst and c._filter.worst("data").exact
+        assert c.remaining() == pytest.approx(float(40 - worst), abs=0)  # exact, as a float
+        spend(c, 2, 30)  # and it goes on charging, and checkpointing, from there
+        assert c._ledger.checkpoint() is False  # not due: written after the commits
+    finally:
+        c.close()
+    c = open_curator(table, place)
+    try:
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()
+
+
+def test_decisions_after_a_reopen_are_those_of_a_curator_that_never_stopped(table, tmp_path):
+    """The same requests, with the same seeds: one curator throughout, and one closed and
+    reopened (at a checkpoint) every 9 requests, admit and refuse the same."""
+
+    class Place:
+        def __init__(self, name):
+            self.target = str(tmp_path / name)
+
+    qs = requests(5, 80)
+    costs = [random.Random(i).choice([2.0, 1.0, 0.5]) for i in range(80)]
+
+    def run(place, reopen):
+        verdicts = []
+        c = open_curator(table, place, budget=8)
+        c._ledger.checkpoint_every = 4
+        for i, (q, e) in enumerate(zip(qs, costs, strict=True)):
+            if reopen and i % 9 == 8:
+                c.close()
+                c = open_curator(table, place, budget=8)
+                c._ledger.checkpoint_every = 4
+            try:
+                c.count(q, epsilon=e)
+                verdicts.append(True)
+            except BudgetExceeded:
+                verdicts.append(False)
+        c.close()
+        return verdicts
+
+    once, again = run(Place("a.db"), False), run(Place("b.db"), True)
+    assert once == again and True in once and False in once
+
+
+def checkpointed(table, place, n: int = 30, every: int = 10) -> int:
+    c = open_curator(table, place)
+    c._ledger.checkpoint_every = every
+    spend(c, 7, n)
+    head = c._ledger.head[0]
+    c.close()
+    return head
+
+
+def test_an_edited_segment_is_refused(table, place):
+    checkpointed(table, place)
+    if place.kind == "sqlite":
+        place.tamper("UPDATE checkpoints SET segment = CAST(segment || x'00' AS BLOB) WHERE seq = 1")
+    else:
+        place.tamper("UPDATE checkpoints SET segment = segment || '\\x00'::bytea WHERE seq = 1")
+    with pytest.raises(LedgerError, match="checkpoint 1: its segment was altered"):
+        open_curator(table, place)
+
+
+def test_an_edited_summary_is_refused(table, place):
+    checkpointed(table, place)
+    place.tamper("UPDATE checkpoints SET summary = replace(summary, '\"charges\"', '\"charges\" ') WHERE seq = 2")
+    with pytest.raises(LedgerError, match="checkpoint 2 was altered"):
+        open_curator(table, place)
+
+
+def test_a_removed_middle_checkpoint_is_refused(table, place):
+    checkpointed(table, place)
+    place.tamper("DELETE FROM checkpoints WHERE seq = 1")
+    with pytest.raises(LedgerError, match="checkpoint 2 was altered, removed or reordered"):
+        open_curator(table, place)
+
+
+def test_a_forged_checkpoint_with_a_valid_hash_is_found_by_verify(table, place):
+    """Whoever can write the store can rehash a checkpoint that says less was spent: the
+    chain alone cannot tell (as for the charges, that is what the anchor and copies are
+    for), but verifying the ledger rebuilds every checkpoint from its charges."""
+    checkpointed(table, place)
+    led = Ledger(place.target, None, create=False, anchor=None)
+    last = led._checkpoints[-1] if led.verify() else None
+    led.close()
+    assert last is not None
+    summary = cp.Summary.parse(last.summary)
+    n, top, spent = summary.tables["data"]
+    forged = cp.Summary({"data": (n, top, {k: v / 2 for k, v in spent.items()})}).text()
+    con = place.connect()
+    try:
+        rows = con.execute("SELECT seq, upto, created, charge_hash, summary, segment_hash, hash FROM checkpoints ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    prev = cp.checkpoints_genesis(bytes.fromhex(json_genesis(place)))
+    for r in rows[:-1]:
+        prev = bytes.fromhex(r[6])
+    r = rows[-1]
+    fields = (r[0], r[1], r[2], r[3], forged, r[5])
+    h = cp.checkpoint_hash(prev, fields).hex()
+    place.tamper(
+        f"UPDATE checkpoints SET summary = '{forged}', hash = '{h}' WHERE seq = {r[0]}"
+    )
+    c = open_curator(table, place)  # opens: the forged chain is consistent
+    c.close()
+    led = Ledger(place.target, None, create=False, anchor=None)
+    try:
+        with pytest.raises(LedgerError, match=f"checkpoint {r[0]} does not hold what the charges"):
+            led.verify()
+    finally:
+        led.close()
+
+
+def json_genesis(place) -> str:
+    con = place.connect()
+    try:
+        return con.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_charge_edited_before_a_checkpoint_is_found_by_verify_and_unused_by_open(table, place):
+    checkpointed(table, place)
+    place.tamper("UPDATE charges SET cost = '1/1000000' WHERE id = 3")
+    c = open_curator(table, place)  # the sealed state, not the edited row
+    try:
+        assert c._filter._tables["data"].charges[2].cost != Fraction(1, 10**6)
+    finally:
+        c.close()
+    with pytest.raises(LedgerError, match="charge 3 was altered"):
+        Ledger(place.target, None, create=False, anchor=None)  # opened to verify: all of it
+
+
+def test_the_last_checkpoint_must_end_at_its_charge(table, place):
+    checkpointed(table, place, n=25)
+    con = place.connect()
+    seq, upto = con.execute("SELECT seq, upto FROM checkpoints ORDER BY seq DESC").fetchone()
+    con.close()
+    place.tamper(f"UPDATE charges SET hash = '{'f' * 64}' WHERE id = {upto}")
+    with pytest.raises(LedgerError, match=f"checkpoint {seq} does not end at the hash of charge {upto}"):
+        open_curator(table, place)
+
+
+def test_a_ledger_from_before_checkpoints_opens_and_gains_them(table, tmp_path):
+    class Place:
+        kind = "sqlite"
+        target = str(tmp_path / "old.db")
+
+    checkpointed(table, Place, n=12, every=10**6)  # no checkpoint yet
+    db = sqlite3.connect(Place.target)
+    db.execute("DROP TABLE checkpoints")  # as an older dpcurator made it
+    db.commit()
+    db.close()
+    led = Ledger(Place.target, None, create=False, anchor=None)  # read-only tools: as is
+    assert led.verify() > 0 and not led._has_checkpoints
+    led.close()
+    c = open_curator(table, Place)  # a curator adds the table
+    c._ledger.checkpoint_every = 3
+    spend(c, 8, 6)
+    c.close()
+    c = open_curator(table, Place)
+    try:
+        assert c._filter._tables["data"].charges.loaded > 0
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()
+
+
+def test_backups_and_copies_carry_the_checkpoints(table, place, tmp_path):
+    head = checkpointed(table, place)
+    backup_ledger(place.target, tmp_path / "copy.db", anchor=None)
+
+    class Copy:
+        target = str(tmp_path / "copy.db")
+
+    c = open_curator(table, Copy)
+    try:
+        assert c._ledger.head[0] == head and c._filter._tables["data"].charges.loaded == 30
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()
+
+
+# --- the pure parts ------------------------------------------------------------------------
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 6), st.integers(0, 6), st.integers(0, 3), st.integers(0, 3),
+            st.sampled_from(["1/3", "1152921504606847/1152921504606846976", "5", "2/7"]),
+            st.sampled_from([None, "ann", "bob"]), st.booleans(),
+        ),
+        min_size=1, max_size=30,
+    )
+)  # fmt: skip
+def test_a_segment_round_trips_and_loads_as_the_charges_add(specs):
+    schema_dict = {
+        "attributes": [
+            {"name": "a", "type": "integer", "min": 0, "max": 5},
+            {"name": "c", "type": "integer", "min": 0, "max": 2},
+        ]
+    }
+    from dpcurator.queries import Schema
+
+    schema = Schema.of(schema_dict)
+    rows, charges = [], []
+    level = Fraction(0)
+    for i, (a0, a1, c0, c1, cost, who, union) in enumerate(specs, start=1):
+        lo, hi = min(a0, a1, 4), min(max(a0, a1), 4) + 1
+        if union:  # two disjoint boxes
+            coverage = {"|": [{"a": [[lo, hi]]}, {"a": [[hi, 6]], "c": [[min(c0, 2), 3]]}]}
+        else:
+            coverage = {"a": [[min(a0, a1), max(a0, a1)]], "c": [[c0, max(c0, c1)]]}
+        q = query_of(schema, coverage, "")
+        if q.is_empty:
+            coverage = {"a": []}
+            q = query_of(schema, coverage, "")
+        from dpcurator.curator.admission import coverage_json
+
+        text = json.dumps(coverage_json(q))
+        level += Fraction(cost)
+        rows.append((i, who, "t", text, cost, str(level)))
+        charges.append(Charge(i, "t", who, q, Fraction(cost), level))
+    seg = cp.build_segment(rows)
+    data = cp.encode_segment(seg)
+    back = cp.decode_segment(data)
+    assert cp.encode_segment(back) == data
+    summary = cp.Summary({}).plus(back)
+    assert cp.Summary.parse(summary.text()) == summary
+    loaded = OverlapFilter(Fraction(10**6), "epsilon")
+    loaded.load(back, summary, len(rows), lambda t: schema, lambda s, cov: query_of(s, cov, ""))
+    added = OverlapFilter(Fraction(10**6), "epsilon")
+    for ch in charges:
+        added.add(ch)
+    g, w = loaded._tables["t"], added._tables["t"]
+    for name in ("lo", "hi", "level", "shape"):
+        assert np.array_equal(getattr(g, name)[: w.n], getattr(w, name)[: w.n]), name
+    assert g.top == w.top and g.spent == w.spent
+    assert loaded.worst("t").value == added.worst("t").value
+    for who in (None, "ann", "bob"):
+        assert loaded.worst("t", who).value == added.worst("t", who).value
+
+
+@pytest.mark.parametrize("bad", [b"", b"dpcurator segment 1\n", b"nonsense"])
+def test_a_malformed_segment_is_a_value_error(bad):
+    with pytest.raises((ValueError, Exception)):
+        cp.decode_segment(bad)
+
+
+@settings(max_examples=80)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
+        min_size=1, max_size=25,
+    ),
+    st.lists(st.integers(1, 2**200), min_size=3, max_size=3),
+)  # fmt: skip
+def test_box_maximum_is_the_brute_force_maximum_in_exact_integers(boxes, weights):
+    lo = np.array([[min(a, b), min(c, d)] for a, b, c, d, _ in boxes], np.int64)
+    hi = np.array([[max(a, b), max(c, d)] for a, b, c, d, _ in boxes], np.int64)
+    codes = np.array([w for *_, w in boxes], np.int64)
+    got = box_maximum([4, 3], lo, hi, codes, weights)
+    assert got is not None
+    value, point = got
+
+    def load(x, y):
+        return sum(
+            weights[w] for (l0, l1), (h0, h1), w in zip(lo.tolist(), hi.tolist(), codes.tolist(), strict=True)
+            if l0 <= x < h0 and l1 <= y < h1
+        )
+
+    best = max(load(x, y) for x in range(4) for y in range(3))
+    assert value == best and load(*point) == best
