@@ -10,6 +10,7 @@ with brute force over the whole (small) domain.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
@@ -86,10 +87,8 @@ def spend(c: Curator, seed: int, n: int) -> None:
     sessions = [c, c.analyst("ann", quota=25), c.analyst("bob")]
     for q in requests(seed, n):
         who = r.choice(sessions)
-        try:
+        with contextlib.suppress(BudgetExceeded):
             who.count(q, epsilon=r.choice([0.5, 0.25, 1 / 3, 1e-3]))
-        except BudgetExceeded:
-            pass
 
 
 def rebuilt(c: Curator) -> OverlapFilter:
@@ -223,10 +222,11 @@ def test_a_removed_middle_checkpoint_is_refused(table, place):
         open_curator(table, place)
 
 
-def test_a_forged_checkpoint_with_a_valid_hash_is_found_by_verify(table, place):
+def test_a_forged_checkpoint_with_a_valid_hash_is_refused_by_the_anchor_and_verify(table, place):
     """Whoever can write the store can rehash a checkpoint that says less was spent: the
-    chain alone cannot tell (as for the charges, that is what the anchor and copies are
-    for), but verifying the ledger rebuilds every checkpoint from its charges."""
+    chain alone cannot tell, but the anchor (which records each checkpoint's hash, as it
+    does the charges') can, and verifying the ledger rebuilds every checkpoint from its
+    charges."""
     checkpointed(table, place)
     led = Ledger(place.target, None, create=False, anchor=None)
     last = led._checkpoints[-1] if led.verify() else None
@@ -249,7 +249,10 @@ def test_a_forged_checkpoint_with_a_valid_hash_is_found_by_verify(table, place):
     place.tamper(
         f"UPDATE checkpoints SET summary = '{forged}', hash = '{h}' WHERE seq = {r[0]}"
     )
-    c = open_curator(table, place)  # opens: the forged chain is consistent
+    if place.kind == "sqlite":  # the anchor beside the file recorded the true checkpoint
+        with pytest.raises(LedgerError, match=f"its checkpoint {r[0]} is not the one its anchor"):
+            open_curator(table, place)
+    c = open_curator(table, place, anchor=None)  # without one, the forged chain is consistent
     c.close()
     led = Ledger(place.target, None, create=False, anchor=None)
     try:
@@ -421,3 +424,76 @@ def test_box_maximum_is_the_brute_force_maximum_in_exact_integers(boxes, weights
 
     best = max(load(x, y) for x in range(4) for y in range(3))
     assert value == best and load(*point) == best
+
+
+# --- the command line and the anchor -------------------------------------------------------
+
+
+def cli(capsys, *argv: object) -> tuple[int, str, str]:
+    from dpcurator.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ledger_verify_rebuilds_every_checkpoint_and_says_so(table, place, capsys, tmp_path):
+    head = checkpointed(table, place)
+    code, out, err = cli(capsys, "ledger", "verify", place.target)
+    assert code == 0 and err == ""
+    assert f"verified: {head} charges" in out and "3 checkpoints (each rebuilt from its charges)" in out
+    code, out, _ = cli(capsys, "ledger", "verify", place.target, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verified"] is True and doc["charges"] == head
+    assert doc["checkpoints"] == 3 and len(doc["checkpoints_hash"]) == 64
+    code, out, _ = cli(capsys, "ledger", "head", place.target, "--json")
+    assert code == 0 and json.loads(out)["checkpoints"] == 3
+    # a checkpoint that lies about its charges, rehashed: one line, exit status 2
+    con = place.connect()
+    r = con.execute(
+        "SELECT seq, upto, created, charge_hash, summary, segment_hash FROM checkpoints "
+        "ORDER BY seq DESC"
+    ).fetchone()
+    prev = con.execute("SELECT hash FROM checkpoints WHERE seq = %d" % (r[0] - 1)).fetchone()[0]
+    con.close()
+    forged = r[4].replace('"charges":', '"charges":', 1)
+    summary = cp.Summary.parse(forged)
+    n, top, spent = summary.tables["data"]
+    forged = cp.Summary({"data": (n, top / 2, spent)}).text()
+    h = cp.checkpoint_hash(bytes.fromhex(prev), (*r[:4], forged, r[5])).hex()
+    place.tamper(f"UPDATE checkpoints SET summary = '{forged}', hash = '{h}' WHERE seq = {r[0]}")
+    # (with an anchor of its own: the one beside an SQLite file refuses the forgery first)
+    fresh = tmp_path / "fresh.anchor"
+    code, out, err = cli(capsys, "ledger", "verify", place.target, "--anchor", fresh)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"checkpoint {r[0]} does not hold what the charges" in err
+
+
+def test_an_anchor_line_with_or_without_a_checkpoint_reads():
+    from dpcurator.curator.anchor import Heads, parse
+
+    h = Heads(5, "a" * 64, 2, "b" * 64, "c" * 64, 3, "d" * 64)
+    assert parse(h.line().rstrip(b"\n")) == h
+    old = Heads(5, "a" * 64, 2, "b" * 64, "c" * 64)  # as written before checkpoints
+    assert old.line().count(b" ") == 4 and parse(old.line().rstrip(b"\n")) == old
+    assert old.within(h) and not h.within(old)
+
+
+def test_a_removed_last_checkpoint_is_a_rollback_the_anchor_refuses(table, tmp_path):
+    class Place:
+        kind = "sqlite"
+        target = str(tmp_path / "l.db")
+
+    checkpointed(table, Place)
+    db = sqlite3.connect(Place.target)
+    db.execute("DELETE FROM checkpoints WHERE seq = 3")
+    db.commit()
+    db.close()
+    with pytest.raises(LedgerError, match="rolled back: it holds 2 checkpoints, but its anchor"):
+        open_curator(table, Place)
+    c = open_curator(table, Place, anchor=None)  # without the anchor: from checkpoint 2
+    try:
+        assert c._filter._tables["data"].charges.loaded == 20
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()

@@ -1,10 +1,14 @@
 """``dpcurator ledger head LEDGER [--anchor FILE]``: where the ledger's chains end, what
-its anchor records, and whether the ledger extends it.
+its anchor records, and whether the ledger extends it; ``dpcurator ledger verify
+LEDGER``: every charge, analyst entry and checkpoint verified, against the anchor too.
 
-The ledger is verified in full first (a broken chain is refused as by every command);
-then its heads are compared with the anchor's furthest entry. Exit status 0 when the
-ledger extends its anchor (or there is nothing anchored yet), 2 when it does not: the
-report is printed all the same, and the reason is the one line on stderr.
+``head``: the ledger is verified in full first (a broken chain is refused as by every
+command); then its heads are compared with the anchor's furthest entry. Exit status 0
+when the ledger extends its anchor (or there is nothing anchored yet), 2 when it does
+not: the report is printed all the same, and the reason is the one line on stderr.
+
+``verify``: what a curator's open skips (:mod:`dpcurator.curator.checkpoint`): every
+checkpoint rebuilt from the charges it covers, besides every chain from its genesis.
 """
 
 from __future__ import annotations
@@ -54,6 +58,20 @@ def register(actions: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document")
     add_anchor(p)
     p.set_defaults(handler=_head)
+    v = actions.add_parser(
+        "verify",
+        help="verify every charge, analyst entry and checkpoint, and the anchor",
+        description="Verify the whole ledger: both hash chains from their genesis, every "
+        "checkpoint rebuilt from the charges it covers (a curator opening the ledger "
+        "checks only the charges after the last one), and that the ledger extends its "
+        "anchor.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    options.add_ledger(v, "the ledger: a file, or a postgresql:// URL")
+    v.add_argument("--json", action="store_true", help="print one JSON document")
+    add_anchor(v)
+    v.set_defaults(handler=_verify)
 
 
 def _heads_json(h: Heads) -> dict[str, object]:
@@ -63,7 +81,31 @@ def _heads_json(h: Heads) -> dict[str, object]:
         "analysts": h.analysts,
         "analysts_hash": h.analysts_hash,
         "genesis": h.genesis,
+        "checkpoints": h.checkpoints,
+        "checkpoints_hash": h.checkpoints_hash or None,
     }
+
+
+def _verify(args: argparse.Namespace) -> int:
+    args.ledger = options.ledger_from(args)
+    name = target_of(args.ledger)
+    assert name is not None
+    if not is_url(name) and not Path(name).exists():
+        raise LedgerError(f"ledger {name}: no such file")
+    path = anchor_file(args.ledger, anchor_of(args))
+    led = Ledger(args.ledger, None, create=False, anchor=path)
+    try:
+        n = led.verify()
+        have, shown = led.heads, led.path
+    finally:
+        led.close()
+    if args.json:
+        print(json.dumps({"ledger": shown, "verified": True, "anchor": path, **_heads_json(have)}))
+        return 0
+    sealed = f", {have.checkpoints} checkpoints (each rebuilt from its charges)"
+    print(f"ledger:   {shown} (verified: {n} charges, {have.analysts} analyst entries{sealed})")
+    print(f"anchor:   {path or 'none'}{' (extended)' if path else ''}")
+    return 0
 
 
 def _head(args: argparse.Namespace) -> int:
@@ -87,7 +129,11 @@ def _head(args: argparse.Namespace) -> int:
         status = "refused"
     elif anchored is None:
         status = "empty" if path is not None else "none"
-    elif (anchored.charges, anchored.analysts) == (have.charges, have.analysts):
+    elif (anchored.charges, anchored.analysts, anchored.checkpoints) == (
+        have.charges,
+        have.analysts,
+        have.checkpoints,
+    ):
         status = "equal"
     else:
         status = "ahead"
@@ -109,6 +155,8 @@ def _head(args: argparse.Namespace) -> int:
         print(f"ledger:   {shown} (verified)")
         print(f"head:     charge {have.charges} {have.charges_hash}")
         print(f"          analyst entry {have.analysts} {have.analysts_hash}")
+        if have.checkpoints:
+            print(f"          checkpoint {have.checkpoints} {have.checkpoints_hash}")
         if path is None:
             print("anchor:   none (a PostgreSQL ledger's is the file its servers were given)")
         elif anchored is None:
@@ -117,6 +165,8 @@ def _head(args: argparse.Namespace) -> int:
             print(f"anchor:   {path}")
             print(f"anchored: charge {anchored.charges} {anchored.charges_hash}")
             print(f"          analyst entry {anchored.analysts} {anchored.analysts_hash}")
+            if anchored.checkpoints:
+                print(f"          checkpoint {anchored.checkpoints} {anchored.checkpoints_hash}")
         print(f"status:   {_SAID[status]}")
     if why is not None:
         raise LedgerError(why)

@@ -10,9 +10,12 @@ shorter than them, or holds another hash at that position) is refused.
 
 One line per commit (or per batch of charges committed together), ``\\n``-terminated::
 
-    <charge id> <its hash> <analyst entry> <its hash> <genesis>
+    <charge id> <its hash> <analyst entry> <its hash> <genesis> [<checkpoint> <its hash>]
 
-the two chains' heads, and the genesis hash, which binds the line to one ledger's
+the two chains' heads, the genesis hash, and (once the ledger has one) the last
+checkpoint's number and hash (:mod:`dpcurator.curator.checkpoint`; lines without it,
+written before checkpoints, still read), so that a rehashed checkpoint is refused like
+a rehashed charge. The genesis hash binds the line to one ledger's
 format and identity (budget and schemas), so that another ledger's anchor is refused
 by name rather than as a rollback. Each line is written with one ``write`` on a file
 opened ``O_APPEND`` and ``fsync``-ed before the commit's answer is released. Reading
@@ -40,32 +43,38 @@ from dpcurator.errors import LedgerError
 TAIL_BYTES = 65_536
 
 _HEX = "[0-9a-f]{64}"
-_LINE = re.compile(rf"(0|[1-9][0-9]{{0,18}}) ({_HEX}) (0|[1-9][0-9]{{0,18}}) ({_HEX}) ({_HEX})")
+_N = "(0|[1-9][0-9]{0,18})"
+_LINE = re.compile(rf"{_N} ({_HEX}) {_N} ({_HEX}) ({_HEX})(?: ([1-9][0-9]{{0,18}}) ({_HEX}))?")
 
 
 @dataclass(frozen=True)
 class Heads:
-    """Where a ledger's two chains end: (charge id, hash), (analyst entry, hash), and
-    the genesis hash of the ledger they belong to (all hex)."""
+    """Where a ledger's chains end: (charge id, hash), (analyst entry, hash), the
+    genesis hash of the ledger they belong to, and (checkpoint, hash) (0, "": none) (all
+    hex)."""
 
     charges: int
     charges_hash: str
     analysts: int
     analysts_hash: str
     genesis: str
+    checkpoints: int = 0
+    checkpoints_hash: str = ""
 
     def line(self) -> bytes:
+        last = f" {self.checkpoints} {self.checkpoints_hash}" if self.checkpoints else ""
         return (
             f"{self.charges} {self.charges_hash} {self.analysts} {self.analysts_hash} "
-            f"{self.genesis}\n"
+            f"{self.genesis}{last}\n"
         ).encode()
 
     def within(self, other: Heads) -> bool:
-        """Whether both chains end no further than ``other``'s (of the same ledger)."""
+        """Whether every chain ends no further than ``other``'s (of the same ledger)."""
         return (
             self.genesis == other.genesis
             and self.charges <= other.charges
             and self.analysts <= other.analysts
+            and self.checkpoints <= other.checkpoints
         )
 
 
@@ -74,8 +83,8 @@ def parse(line: bytes) -> Heads | None:
     m = _LINE.fullmatch(line.decode("ascii", "replace"))
     if m is None:
         return None
-    c, ch, a, ah, g = m.groups()
-    return Heads(int(c), ch, int(a), ah, g)
+    c, ch, a, ah, g, k, kh = m.groups()
+    return Heads(int(c), ch, int(a), ah, g, int(k or 0), kh or "")
 
 
 class Anchor:
@@ -115,8 +124,13 @@ class Anchor:
         # is old (a curator that has not re-read the analysts since another process
         # revoked one) appends lines that are further in one chain and behind in the other.
         far = max(found, key=lambda h: (h.charges, h.analysts))
-        who = max((h for h in found if h.genesis == far.genesis), key=lambda h: h.analysts)
-        best = Heads(far.charges, far.charges_hash, who.analysts, who.analysts_hash, far.genesis)
+        mine = [h for h in found if h.genesis == far.genesis]
+        who = max(mine, key=lambda h: h.analysts)
+        sealed = max(mine, key=lambda h: h.checkpoints)
+        best = Heads(
+            far.charges, far.charges_hash, who.analysts, who.analysts_hash, far.genesis,
+            sealed.checkpoints, sealed.checkpoints_hash,
+        )  # fmt: skip
         with self._lock:
             if self._last is None or not best.within(self._last):
                 self._last = best
@@ -178,8 +192,8 @@ def problem(
 ) -> str | None:
     """Why the ledger at ``path``, whose chains end at ``have``, does not extend the heads
     ``source`` (``"its anchor FILE"``) records (None: it does). ``hash_at(chain, n)``
-    reads the verified hash of charge (``chain="charges"``) or analyst entry
-    (``"analysts"``) ``n``."""
+    reads the verified hash of charge (``chain="charges"``), analyst entry
+    (``"analysts"``) or checkpoint (``"checkpoints"``) ``n``."""
     if anchored.genesis != have.genesis:
         return (
             f"ledger {path}: {source} records another ledger (genesis "
@@ -189,9 +203,11 @@ def problem(
     for chain, what, n, h, mine in (
         ("charges", "charge", anchored.charges, anchored.charges_hash, have.charges),
         ("analysts", "analyst entry", anchored.analysts, anchored.analysts_hash, have.analysts),
-    ):
+        ("checkpoints", "checkpoint", anchored.checkpoints, anchored.checkpoints_hash,
+         have.checkpoints),
+    ):  # fmt: skip
         if n > mine:
-            held = "charges" if chain == "charges" else "analyst entries"
+            held = {"charges": "charges", "analysts": "analyst entries"}.get(chain, chain)
             return (
                 f"ledger {path}: rolled back: it holds {mine} {held}, but {source} records "
                 f"{what} {n} ({h[:16]}): the newest were removed or an older copy put in its "

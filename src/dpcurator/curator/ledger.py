@@ -198,6 +198,11 @@ class Ledger(AnalystsChain, Anchoring):
         # starts from the last checkpoint, if there is one, and verifies what follows.
         if want is None or not self._has_checkpoints or not self._open_at_checkpoint():
             self._opened = self._verify_all(keep=want is not None)
+            if self._has_checkpoints:  # their chain, for the heads (verify checks them all)
+                with self._snapshot() as rows:
+                    self._checkpoints = cp.check_chain(
+                        self.path, self._genesis, rows.checkpoints(), None
+                    )
         if want is not None and unit_key_of.public(self._identity) != json.loads(want):
             have = json.loads(self._identity)
             raise LedgerError(
@@ -359,10 +364,12 @@ class Ledger(AnalystsChain, Anchoring):
     def checkpoint(self) -> bool:
         """Append a checkpoint if :attr:`checkpoint_every` charges or more follow the last
         one (see :mod:`dpcurator.curator.checkpoint`); whether one was written. The
-        charges it covers are read and verified again, in its write transaction."""
+        charges it covers are read and verified again, in its write transaction. A
+        ledger in memory has none (it is never opened again)."""
         with self._lock:
             last = self._checkpoints[-1].upto if self._checkpoints else 0
-            if not self._has_checkpoints or self._head[0] - last < self.checkpoint_every:
+            due = self._head[0] - last >= self.checkpoint_every
+            if not (self._has_checkpoints and self.durable and due):
                 return False
             return self._write_checkpoint()
 
@@ -581,7 +588,7 @@ class Ledger(AnalystsChain, Anchoring):
             self._usable()
             self._anchor_heads()  # an earlier commit's, if it failed: then nothing is written
             store = self._store
-            saved = (self._head, self._analysts, self._analysts_head)
+            saved = (self._head, self._analysts, self._analysts_head, self._checkpoints)
             try:
                 rows = store.begin_write()
             except store.errors as err:
@@ -591,7 +598,7 @@ class Ledger(AnalystsChain, Anchoring):
                 yield rows
             except BaseException as err:
                 store.rollback()
-                self._head, self._analysts, self._analysts_head = saved
+                self._head, self._analysts, self._analysts_head, self._checkpoints = saved
                 if isinstance(err, store.errors):
                     raise self._unusable(err, committing=False) from None
                 raise
@@ -600,7 +607,7 @@ class Ledger(AnalystsChain, Anchoring):
                     store.commit()
                 except store.errors as err:
                     store.rollback()
-                    self._head, self._analysts, self._analysts_head = saved
+                    self._head, self._analysts, self._analysts_head, self._checkpoints = saved
                     raise self._unusable(err, committing=True) from None
                 self._anchor_heads()  # before the commit's answers leave
             finally:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpcurator.curator.anchor import Anchor, Heads, problem
+from dpcurator.curator.checkpoint import check_chain
 from dpcurator.curator.ledger_chain import analysts_genesis
 from dpcurator.curator.stores import Store, is_url, open_store, target_of
 from dpcurator.errors import InvalidParameter, LedgerError
@@ -129,12 +130,15 @@ class Anchoring:
     @property
     def heads(self) -> Heads:
         """Where the verified chains end, as the anchor records it."""
+        sealed = self._checkpoints  # type: ignore[attr-defined]
         return Heads(
             self._head[0],
             self._head[1].hex(),
             self._analysts_head[0],
             self._analysts_head[1].hex(),
             self._genesis.hex(),
+            len(sealed),
+            sealed[-1].hash if sealed else "",
         )
 
     def anchored(self) -> Heads | None:
@@ -162,8 +166,16 @@ class Anchoring:
         with self._lock, self._snapshot() as rows:  # type: ignore[attr-defined]
             if chain == "charges":
                 return rows.charge_hash(n)
+            if chain == "checkpoints":
+                return self._checkpoint_hash(rows, n)
             r = rows.analyst(n)
             return None if r is None else r[7]
+
+    def _checkpoint_hash(self, rows: Rows, seq: int) -> object:
+        """The stored hash of checkpoint ``seq`` (None: none, or no checkpoints table)."""
+        if not self._has_checkpoints:  # type: ignore[attr-defined]
+            return None
+        return next((r[6] for r in rows.checkpoints() if r[0] == seq), None)
 
     def _usable(self) -> None:
         """Refuse to go on once the background verification found a fault."""
@@ -235,7 +247,9 @@ class Anchoring:
         wanted = {
             "charges": {r.charges for _, r in refs},
             "analysts": {r.analysts for _, r in refs},
+            "checkpoints": {r.checkpoints for _, r in refs},
         }
+        sealed: list = []
         found: dict[tuple[str, int], object] = {}
         n, prev = 0, self._genesis
         while True:
@@ -251,6 +265,10 @@ class Anchoring:
                     for seq in wanted["analysts"]:
                         r = rows.analyst(seq)
                         found["analysts", seq] = None if r is None else r[7]
+                    if self._has_checkpoints:  # type: ignore[attr-defined]
+                        sealed = check_chain(self.path, self._genesis, rows.checkpoints(), None)
+                        for c in sealed:
+                            found["checkpoints", c.seq] = c.hash
             except BaseException:
                 store.rollback()
                 raise
@@ -268,7 +286,10 @@ class Anchoring:
             raise self._broken(  # type: ignore[attr-defined]
                 f"the charges end at {n}, not at the head the ledger records ({head[0]})"
             )
-        have = Heads(n, prev.hex(), analysts[0], analysts[1].hex(), self._genesis.hex())
+        have = Heads(
+            n, prev.hex(), analysts[0], analysts[1].hex(), self._genesis.hex(),
+            len(sealed), sealed[-1].hash if sealed else "",
+        )  # fmt: skip
         for source, ref in refs:
             why = problem(self.path, source, ref, have, lambda c, k: found.get((c, k)))
             if why is not None:
