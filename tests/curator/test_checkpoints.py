@@ -497,3 +497,24 @@ def test_a_removed_last_checkpoint_is_a_rollback_the_anchor_refuses(table, tmp_p
         same_filters(c._filter, rebuilt(c))
     finally:
         c.close()
+
+
+def test_two_curators_on_one_ledger_checkpoint_what_both_charged(table, place):
+    """Charges of two processes interleave: a checkpoint then reads back the other's
+    charges (its hashes checked) instead of sealing only its own."""
+    one, two = open_curator(table, place), open_curator(table, place)
+    for c in (one, two):
+        c._ledger.checkpoint_every = 3
+    try:
+        for i, q in enumerate(requests(11, 24)):
+            with contextlib.suppress(BudgetExceeded):
+                (one if i % 3 else two).count(q, epsilon=0.25)
+    finally:
+        one.close()
+        two.close()
+    c = open_curator(table, place)
+    try:
+        assert len(c._ledger._checkpoints) >= 4
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()

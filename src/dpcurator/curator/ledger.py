@@ -141,6 +141,8 @@ class Ledger(AnalystsChain, Anchoring):
         self._has_checkpoints = False  # whether the store has their table
         self._at_checkpoint: Opened | None = None
         self._checkpointing = False
+        # the charges this process appended since its last checkpoint, as it wrote them
+        self._written: list[tuple] = []
         every = verify_interval(verify_every)
         self._lock = threading.RLock()
         self._target = path
@@ -373,6 +375,24 @@ class Ledger(AnalystsChain, Anchoring):
                 return False
             return self._write_checkpoint()
 
+    def _since(
+        self, upto: int, head: tuple[int, str], rows: Rows, last: cp.Checkpoint | None
+    ) -> list[cp.SegmentInput]:
+        """The charges after ``upto`` up to ``head``, for a checkpoint: as this process
+        wrote them, when it wrote them all (the common case: nothing to read back), else
+        read from the store and their hashes checked from ``upto``'s."""
+        mine = self._written
+        del mine[: _first_after(mine, upto)]  # sealed already
+        whole = len(mine) == head[0] - upto  # ids only grow: then they are upto+1..head
+        if mine and whole and (mine[-1][0], mine[-1][6]) == head:
+            return [r[:6] for r in mine]
+        if last is not None and rows.charge_hash(upto) != last.charge_hash:
+            raise self._broken(f"checkpoint {last.seq} does not end at charge {upto}")
+        prev = self._genesis if last is None else bytes.fromhex(last.charge_hash)
+        stored = rows.charges_after(upto)
+        self._check_hashes(upto, head, prev, stored)
+        return [_segment_input(r) for r in stored]
+
     def _check_hashes(
         self, last_id: int, head: tuple[int, str], prev: bytes, rows: list[tuple]
     ) -> None:
@@ -404,13 +424,9 @@ class Ledger(AnalystsChain, Anchoring):
             if head[0] - upto < self.checkpoint_every:
                 self._checkpoints = found
                 return False
-            if last is not None and rows.charge_hash(upto) != last.charge_hash:
-                raise self._broken(f"checkpoint {last.seq} does not end at charge {upto}")
-            prev = self._genesis if last is None else bytes.fromhex(last.charge_hash)
-            charges = rows.charges_after(upto)
-            self._check_hashes(upto, head, prev, charges)
+            charges = self._since(upto, head, rows, last)
             try:
-                seg = cp.build_segment(_segment_input(r) for r in charges)
+                seg = cp.build_segment(charges)
             except (ValueError, TypeError, AttributeError, IndexError, KeyError):
                 raise self._broken("a charge after the last checkpoint is malformed") from None
             try:
@@ -419,7 +435,7 @@ class Ledger(AnalystsChain, Anchoring):
                 raise self._broken(f"checkpoint {len(found)} has a malformed summary") from None
             data = cp.encode_segment(seg)
             seq = len(found) + 1
-            fields = (seq, head[0], time.time(), charges[-1][10], before.plus(seg).text(),
+            fields = (seq, head[0], time.time(), head[1], before.plus(seg).text(),
                       cp.segment_hash(data))  # fmt: skip
             prev_cp = cp.checkpoints_genesis(self._genesis) if last is None else bytes.fromhex(
                 last.hash
@@ -589,6 +605,7 @@ class Ledger(AnalystsChain, Anchoring):
             self._anchor_heads()  # an earlier commit's, if it failed: then nothing is written
             store = self._store
             saved = (self._head, self._analysts, self._analysts_head, self._checkpoints)
+            written = len(self._written)
             try:
                 rows = store.begin_write()
             except store.errors as err:
@@ -599,6 +616,7 @@ class Ledger(AnalystsChain, Anchoring):
             except BaseException as err:
                 store.rollback()
                 self._head, self._analysts, self._analysts_head, self._checkpoints = saved
+                del self._written[written:]
                 if isinstance(err, store.errors):
                     raise self._unusable(err, committing=False) from None
                 raise
@@ -608,6 +626,7 @@ class Ledger(AnalystsChain, Anchoring):
                 except store.errors as err:
                     store.rollback()
                     self._head, self._analysts, self._analysts_head, self._checkpoints = saved
+                    del self._written[written:]
                     raise self._unusable(err, committing=True) from None
                 self._anchor_heads()  # before the commit's answers leave
             finally:
@@ -759,6 +778,9 @@ class Ledger(AnalystsChain, Anchoring):
             rows.insert_charge((*fields, h.hex(), text, seal))
             rows.set_meta("charges_head", f"{cid} {h.hex()}")
             self._head = (cid, h)
+            # what the next checkpoint seals of it, as written (see _write_checkpoint)
+            if self._has_checkpoints and self.durable:
+                self._written.append((cid, analyst, table, cov, fields[7], fields[8], h.hex()))
             return cid
 
     def record_answer(self, charge_id: int, answer: object) -> None:
@@ -864,6 +886,18 @@ class Ledger(AnalystsChain, Anchoring):
                 self._store.close()
                 if self._anchor is not None:
                     self._anchor.close()
+
+
+def _first_after(written: list[tuple], upto: int) -> int:
+    """The position of the first of ``written`` (in id order) past charge ``upto``."""
+    lo, hi = 0, len(written)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if written[mid][0] <= upto:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _segment_input(r: tuple) -> cp.SegmentInput:
