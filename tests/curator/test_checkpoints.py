@@ -454,7 +454,7 @@ def test_ledger_verify_rebuilds_every_checkpoint_and_says_so(table, place, capsy
         "SELECT seq, upto, created, charge_hash, summary, segment_hash FROM checkpoints "
         "ORDER BY seq DESC"
     ).fetchone()
-    prev = con.execute("SELECT hash FROM checkpoints WHERE seq = %d" % (r[0] - 1)).fetchone()[0]
+    prev = con.execute(f"SELECT hash FROM checkpoints WHERE seq = {r[0] - 1}").fetchone()[0]
     con.close()
     forged = r[4].replace('"charges":', '"charges":', 1)
     summary = cp.Summary.parse(forged)

@@ -53,6 +53,7 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   request_time_limit = 10       # seconds to decide one request (past it: 503, no charge)
   solver_time_limit = 5         # seconds of exact overlap checks per request
   solver_threads = 4            # exact checks at once (each analyst's one at a time)
+  solver_processes = true       # their search in as many worker processes (false: threads)
   max_cells = 50000             # cells of one histogram or marginal
   max_queries = 10000           # queries of one batch or workload (macros expanded)
   max_charges = 10000           # ledger rows one request may write
@@ -163,6 +164,7 @@ _KEYS = {
         "request_time_limit",
         "solver_time_limit",
         "solver_threads",
+        "solver_processes",
         "max_cells",
         "max_queries",
         "max_charges",
@@ -242,6 +244,13 @@ def _positive(server: dict[str, Any], key: str, default: float, *, integer: bool
         what = "a positive integer" if integer else "a positive number"
         raise InvalidParameter(f"--config: [server] {key} must be {what}, got {v!r}")
     return int(v) if integer else float(v)
+
+
+def _flag(server: dict[str, Any], key: str, default: bool) -> bool:
+    v = server.get(key, default)
+    if not isinstance(v, bool):
+        raise InvalidParameter(f"--config: [server] {key} must be true or false, got {v!r}")
+    return v
 
 
 def _budget(args: argparse.Namespace, cfg: dict[str, Any]) -> object:
@@ -363,6 +372,7 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str, limit: flo
         solver_time_limit=limit,
         request_time_limit=_positive(server, "request_time_limit", SERVER_REQUEST_TIME_LIMIT),
         solver_threads=_positive(server, "solver_threads", 4, integer=True),
+        solver_processes=_flag(server, "solver_processes", True),
         limits=work,
         **loads[0],
         **options.backend_options(args),

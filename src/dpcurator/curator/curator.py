@@ -49,6 +49,7 @@ from dpcurator.curator.overlap_filter import (
 )
 from dpcurator.curator.privacy_unit import PrivacyUnit
 from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.curator.solver_processes import SolverProcesses
 from dpcurator.curator.sql_requests import SqlRequests
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
 from dpcurator.curator.statistics import STATISTICS, expanded_record
@@ -225,6 +226,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         limits: requests.RequestLimits | None = None,
         request_time_limit: float | None = None,
         solver_threads: int = 4,
+        solver_processes: bool = True,
     ) -> None:
         self._backends = dict(backends)
         #: Tables joined on the privacy unit (``a JOIN b``), built at their first SELECT.
@@ -241,8 +243,12 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         self._time_limit = solver_time_limit
         self._request_limit = request_time_limit
         self._pool = SolverPool(solver_threads)
+        # the exact checks' search, in worker processes (see solver_processes)
+        self._processes = SolverProcesses(solver_threads) if solver_processes else None
         self._stopping = threading.Event()  # set by close(): requests in flight stop
         self._filter = OverlapFilter(budget.amount, budget.currency)
+        if self._processes is not None:
+            self._filter.solve = self._processes.max_loss
         with ledger.lock:
             self._load_checkpoint()
             self._sync()
@@ -267,6 +273,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         request_time_limit: float | None = None,
         solver_threads: int = 4,
+        solver_processes: bool = True,
         limits: requests.RequestLimits | None = None,
         backend: str = "duckdb",
         spark: object = None,
@@ -300,7 +307,9 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         (parsing, bounds, waiting for the solver, the exact checks); past it the request
         raises :class:`~dpcurator.errors.Undecided` and nothing is charged (None: no
         limit but the solver's). ``solver_threads``: how many exact checks run at once
-        (each analyst's one at a time).
+        (each analyst's one at a time); ``solver_processes``: whether their search runs
+        in as many worker processes (the default: it then never holds the interpreter
+        lock the other requests need; see :mod:`dpcurator.curator.solver_processes`).
         ``backend="spark"`` counts on Spark (the ``spark`` extra): ``spark`` is a
         SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """
@@ -345,6 +354,10 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         ):
             raise InvalidParameter(
                 f"solver_threads must be an integer in [1, 64], got {solver_threads!r}"
+            )
+        if not isinstance(solver_processes, bool):
+            raise InvalidParameter(
+                f"solver_processes must be true or false, got {solver_processes!r}"
             )
         unit = PrivacyUnit.of(privacy_unit)
         if tables is None:
@@ -412,6 +425,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
             limits=limits,
             request_time_limit=request_time_limit,
             solver_threads=solver_threads,
+            solver_processes=solver_processes,
         )
 
     def stop(self) -> None:
@@ -426,6 +440,8 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         ledger."""
         self.stop()
         self._pool.close()
+        if self._processes is not None:
+            self._processes.close()
         for be in [*self._backends.values(), *self._joins.values()]:
             be.close()
         self._ledger.close()

@@ -123,16 +123,10 @@ def max_loss(
     answer that is still decided. A refusal is only settled by a point whose loss is
     recomputed here in exact arithmetic.
     """
-    if within is not None and within.is_empty:
-        return Loss(Fraction(0), True, None)
     live = [c for c in charges if not c.query.is_empty]
-    if not live:
-        return Loss(Fraction(0), True, None)
-    if len(live) > 1:
-        # Small grids of elementary segments: exact by prefix sums, no restriction needed.
-        dense = _dense_loss(live, within, DENSE_LIMIT)
-        if dense is not None:
-            return dense
+    quick = quick_loss(live, within, DENSE_LIMIT)
+    if quick is not None:
+        return quick
     merged: dict[tuple, tuple[Query, Fraction]] = {}
     for n, c in enumerate(live):
         if n % 64 == 0:
@@ -168,6 +162,21 @@ def max_loss(
     # a refusal must rest on a real point: the solver's point, weighed again exactly
     reached = None if witness is None else Fraction(res.lower, scale)
     return Loss(Fraction(res.upper, scale), False, witness, reached)
+
+
+def quick_loss(
+    charges: list[Charge], within: Query | BooleanQuery | None, cells: int
+) -> Loss | None:
+    """:func:`max_loss` when it needs no search: no charge (or an empty region), one, or
+    a dense grid of at most ``cells`` cells (exact by prefix sums); else None."""
+    if within is not None and within.is_empty:
+        return Loss(Fraction(0), True, None)
+    live = [c for c in charges if not c.query.is_empty]
+    if not live:
+        return Loss(Fraction(0), True, None)
+    if len(live) == 1 and within is None:
+        return Loss(live[0].cost, True, None, live[0].cost)
+    return _dense_loss(live, within, cells)
 
 
 #: An answer's remaining figure is computed exactly when the charges near its query are
@@ -250,6 +259,9 @@ class OverlapFilter:
         self._n = 0  # how many of _log are this filter's
         self.last_id = 0  # the largest committed charge id held
         self._worst: dict[tuple[str, str | None], Loss] = {}  # cache of max_x L_T(x)
+        #: What computes :func:`max_loss` for this filter and its forks (the curator may
+        #: hand it to worker processes: :mod:`dpcurator.curator.solver_processes`).
+        self.solve: Callable[..., Loss] = max_loss
 
     # --- state ------------------------------------------------------------------------
 
@@ -385,6 +397,7 @@ class OverlapFilter:
         new._n = self._n
         new.last_id = self.last_id
         new._worst = dict(self._worst)
+        new.solve = self.solve
         return new
 
     def charges(self, table: str, analyst: str | None = None) -> list[Charge]:
@@ -443,7 +456,7 @@ class OverlapFilter:
             loss = Loss(boxes[0], True, _point(ix, boxes[1]), boxes[0])
         else:
             charges = self.charges(table, analyst)
-            loss = max_loss(charges, time_limit=_left(deadline), at_most=at_most)
+            loss = self.solve(charges, time_limit=_left(deadline), at_most=at_most)
         if cached is None or loss.exact or loss.value < cached.value:
             self._worst[key] = loss
         if analyst is None and ix is not None:
@@ -485,7 +498,7 @@ class OverlapFilter:
         near = [index.charges[i] for i in positions]
         if analyst is not None:
             near = [c for c in near if c.analyst == analyst]
-        loss = max_loss(near, within=query, time_limit=_left(deadline), at_most=at_most)
+        loss = self.solve(near, within=query, time_limit=_left(deadline), at_most=at_most)
         if analyst is None and loss.exact:
             # Every point of a charge inside C_query has lost at most this much.
             for i in index.within_hull(query, positions):

@@ -1,0 +1,211 @@
+"""The exact checks' search in worker processes: the same decisions as in threads, the
+deadline enforced in the worker, a worker that dies or overruns replaced, nothing
+charged for an undecided request, and no worker left behind by close.
+
+Real curators over a real CSV file; the workers are real processes (a fork server's
+children), killed here with real signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpcurator import Curator
+from dpcurator.errors import BudgetExceeded, InvalidParameter, Undecided
+from dpcurator.privacy import PureDP
+
+VALUES = ["p", "q", "r", "s"]
+ATTRS = ["c0", "c1", "c2", "c3"]
+
+
+@pytest.fixture
+def small(tmp_path):
+    """Four categorical attributes of four values: 256 points, brute force is quick."""
+    g = np.random.default_rng(4)
+    data = tmp_path / "d.csv"
+    pd.DataFrame({a: g.choice(VALUES, 200) for a in ATTRS}).to_csv(data, index=False)
+    schema = tmp_path / "s.json"
+    schema.write_text(
+        json.dumps(
+            {"attributes": [{"name": a, "type": "categorical", "values": VALUES} for a in ATTRS]}
+        )
+    )
+    return data, schema
+
+
+def boolean_request(r: random.Random) -> str:
+    def conj() -> str:
+        parts = []
+        for a in r.sample(ATTRS, 2):
+            vals = r.sample(VALUES, r.randint(1, 3))
+            parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
+        return " AND ".join(parts)
+
+    return " OR ".join(f"({conj()})" for _ in range(r.randint(2, 3)))
+
+
+def decisions(small, tmp_path, name: str, processes: bool) -> tuple[list[bool], Curator]:
+    data, schema = small
+    c = Curator.open(
+        data=data,
+        schema=schema,
+        budget=PureDP(6),
+        ledger=tmp_path / name,
+        solver_processes=processes,
+    )
+    if c._processes is not None:
+        c._processes.local_cells = 0  # every search in a worker (the grid is small here)
+    r = random.Random(9)
+    out = []
+    for _ in range(40):
+        try:
+            c.count(boolean_request(r), epsilon=1.0)
+            out.append(True)
+        except BudgetExceeded:
+            out.append(False)
+    return out, c
+
+
+def test_processes_decide_as_threads_do_and_as_brute_force_says(small, tmp_path):
+    got, c = decisions(small, tmp_path, "p.db", True)
+    try:
+        want, t = decisions(small, tmp_path, "t.db", False)
+        t.close()
+        assert got == want and True in got and False in got
+        # every point's loss within the budget, by brute force over the 256 points
+        charges = c._filter.charges("data")
+        for point in itertools.product(VALUES, repeat=4):
+            x = dict(zip(ATTRS, point, strict=True))
+            assert sum(ch.cost for ch in charges if ch.query.covers(x)) <= 6
+        # and some of those decisions went through a worker
+        assert c._processes is not None and c._processes._started >= 1
+    finally:
+        c.close()
+
+
+def hard_curator(tmp_path, **kw) -> Curator:
+    """A table of 12 attributes x 20 values whose points are near the budget: a new OR of
+    conjunctions needs the exact search (NP-hard), seconds of it."""
+    attrs = [f"c{i}" for i in range(12)]
+    values = [f"v{j}" for j in range(20)]
+    g = np.random.default_rng(0)
+    pd.DataFrame({a: g.choice(values, 300) for a in attrs}).to_csv(tmp_path / "h.csv", index=False)
+    (tmp_path / "h.json").write_text(
+        json.dumps({"attributes": [{"name": a, "type": "categorical", "values": values} for a in attrs]})
+    )
+    r = random.Random(1)
+
+    def conj() -> str:
+        parts = []
+        for a in r.sample(attrs, 3):
+            vals = [v for v in values if r.random() < 0.5] or [r.choice(values)]
+            parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
+        return " AND ".join(parts)
+
+    def opened(**kw: object) -> Curator:
+        return Curator.open(
+            data=tmp_path / "h.csv", schema=tmp_path / "h.json", budget=PureDP(100.0),
+            ledger=tmp_path / "h.db", **kw,
+        )  # fmt: skip
+
+    with opened() as filling:  # 110 charges of cost 1 (as tests/service/test_availability.py)
+        for _ in range(11):
+            with contextlib.suppress(BudgetExceeded):
+                filling.release([conj() for _ in range(10)], [1.0] * 10)
+    c = opened(**kw)
+    c.hard = lambda: " OR ".join(f"({conj()})" for _ in range(4))  # type: ignore[attr-defined]
+    return c
+
+
+def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path):
+    c = hard_curator(tmp_path, request_time_limit=0.3, solver_time_limit=30.0)
+    try:
+        before = c._ledger.head[0]
+        outcomes = []
+        for _ in range(4):
+            try:
+                c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+                outcomes.append("answered")
+            except Undecided:
+                outcomes.append("undecided")
+            except BudgetExceeded:
+                outcomes.append("refused")
+        assert "undecided" in outcomes
+        assert c._ledger.head[0] == before + outcomes.count("answered")
+        # no worker is left busy with an abandoned search, none beyond the bound
+        procs = c._processes
+        assert procs is not None and not procs._busy and procs._started <= procs.workers
+    finally:
+        c.close()
+
+
+def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
+    c = hard_curator(tmp_path, request_time_limit=3.0, solver_time_limit=3.0)
+    procs = c._processes
+    assert procs is not None
+    try:
+        got: list[object] = []
+
+        def ask() -> None:
+            try:
+                c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+                got.append("answered")
+            except Exception as err:  # what it raised is the assertion
+                got.append(err)
+
+        before = c._ledger.head[0]
+        t = threading.Thread(target=ask)
+        t.start()
+        pid = None
+        for _ in range(400):  # wait for a worker to take the search
+            with procs._cond:
+                busy = [w.process.pid for w in procs._busy]
+            if busy:
+                pid = busy[0]
+                break
+            time.sleep(0.01)
+        if pid is None:  # decided without the search: nothing to kill (not this test's case)
+            t.join()
+            pytest.skip("the request was decided without a worker")
+        os.kill(pid, signal.SIGKILL)
+        t.join(30)
+        assert not t.is_alive()
+        # decided, refused, or undecided (the worker's death, or a replacement's search
+        # cut by the deadline): never a charge without an answer, never another error
+        assert got == ["answered"] or isinstance(got[0], BudgetExceeded | Undecided), got
+        if got != ["answered"]:
+            assert c._ledger.head[0] == before
+        with contextlib.suppress(BudgetExceeded, Undecided):
+            c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+        assert procs._started <= procs.workers
+    finally:
+        c.close()
+
+
+def test_close_kills_every_worker(small, tmp_path):
+    _, c = decisions(small, tmp_path, "p.db", True)
+    procs = c._processes
+    assert procs is not None and procs._free
+    workers = [w.process for w in procs._free]
+    c.close()
+    for p in workers:
+        p.join(5)
+        assert not p.is_alive()
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_solver_processes_must_be_true_or_false(small, tmp_path, bad):
+    data, schema = small
+    with pytest.raises(InvalidParameter, match="solver_processes must be true or false"):
+        Curator.open(data=data, schema=schema, budget=PureDP(1), solver_processes=bad)
