@@ -409,8 +409,6 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
             parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
         return " AND ".join(parts)
 
-    from dpcurator.curator import overlap_filter
-
     with Curator.open(
         data=tmp_path / "h.csv",
         schema=tmp_path / "h.json",
@@ -420,9 +418,9 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
         # levels past the budget: every new request needs the exact computation
         c.release([hard() for _ in range(100)], [1.0] * 100)
         inside = threading.Event()
-        real = overlap_filter.max_loss
+        real = c._filter.solve  # the search, in a worker process (forks use the same)
 
-        def slow_max_loss(*args, **kw):  # the exact computation, made to take a second
+        def slow_solve(*args, **kw):  # the exact computation, made to take a second
             inside.set()
             time.sleep(1.0)
             return real(*args, **kw)
@@ -434,7 +432,7 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
                 c.count(hard(), epsilon=1.0)
             done.set()
 
-        overlap_filter.max_loss = slow_max_loss
+        c._filter.solve = slow_solve
         try:
             t = threading.Thread(target=slow)
             t.start()
@@ -446,7 +444,7 @@ def test_a_slow_exact_check_does_not_hold_the_ledger_lock(tmp_path):
             other.close()
             t.join()
         finally:
-            overlap_filter.max_loss = real
+            c._filter.solve = real
         assert got_lock_while_solving
 
 

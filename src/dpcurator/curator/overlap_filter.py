@@ -662,11 +662,15 @@ class OverlapFilter:
         if index is not None and not query.is_empty and index.n:
             if not grid and analyst is None:  # the levels alone, whatever the history
                 return self._with_others(table, analyst, Fraction(index.top_near(query)), False)
-            mask = index._hull_mask(query)
-            top = Fraction(float(index.level[: index.n][mask].max())) if mask.any() else Fraction(0)
+            if index.likely_near(query) > QUICK_NEAR:  # many: the levels' bound alone
+                mask, few = None, False
+                top = Fraction(index.top_near(query))
+            else:
+                mask = index._hull_mask(query)
+                top = Fraction(float(index.level[: index.n][mask].max())) if mask.any() else Fraction(0)
+                few = int(np.count_nonzero(mask)) <= QUICK_NEAR
             small = None
-            few = int(np.count_nonzero(mask)) <= QUICK_NEAR
-            if few:  # the charges near the query, in Python
+            if few and mask is not None:  # the charges near the query, in Python
                 near = [index.charges[i] for i in np.flatnonzero(mask).tolist()]
                 if analyst is not None:
                     near = [c for c in near if c.analyst == analyst]
