@@ -40,6 +40,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpcurator import deadlines
+from dpcurator.curator.group_commit import Entry, GroupCommit
 from dpcurator.curator.ledger import Ledger, TransactionAborted
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 from dpcurator.curator.solver_pool import SolverPool
@@ -47,6 +48,7 @@ from dpcurator.deadlines import Deadline
 from dpcurator.errors import Undecided
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.predicates import disjoint
 
 #: How often a fork's decision may be overtaken by other charges before the request is
 #: answered ``Undecided``.
@@ -135,7 +137,7 @@ def _quickly(
         return False
 
 
-def _revalidate(
+def revalidate(
     filt: OverlapFilter,
     version: int,
     table: str,
@@ -143,10 +145,14 @@ def _revalidate(
     decisions: Sequence[Decision],
     analyst: str | None,
     quota: Fraction | None,
+    earlier: Sequence[Charge] = (),
 ) -> list[Decision] | None:
-    """The fork's decisions, raised by what was charged since ``version``; None if one
-    of them may no longer fit (decide again on a new fork)."""
+    """The fork's decisions, raised by what was charged since ``version`` and by the
+    ``earlier`` charges of the group being written with them (not in ``filt`` yet);
+    None if one of them may no longer fit (decide again on a new fork)."""
     every, mine = filt.added_since(version, analyst)
+    every += sum((c.cost for c in earlier), Fraction(0))
+    mine += sum((c.cost for c in earlier if analyst is not None and c.analyst == analyst), Fraction(0))
     if all(
         d.spent + every + r.cost <= filt.budget
         and (quota is None or d.mine + mine + r.cost <= quota)
@@ -156,11 +162,17 @@ def _revalidate(
             replace(d, spent=d.spent + every, level=d.level + every, mine=d.mine + mine)
             for d in decisions
         ]
-    if (filt.version - version) * len(batch) > REVALIDATE_PAIRS:
+    if (filt.version - version + len(earlier)) * len(batch) > REVALIDATE_PAIRS:
         return None
     out = []
     for r, d in zip(batch, decisions, strict=True):
         every, mine = filt.increments_since(version, table, r.query, analyst)
+        for c in earlier:  # as increments_since counts them
+            if c.table == table and disjoint(c.query, r.query):
+                continue
+            every += c.cost
+            if analyst is not None and c.analyst == analyst:
+                mine += c.cost
         if d.spent + every + r.cost > filt.budget:
             return None
         if quota is not None and d.mine + mine + r.cost > quota:
@@ -170,10 +182,11 @@ def _revalidate(
 
 
 def check_and_charge(
+    commits: GroupCommit,
     ledger: Ledger,
     filt: OverlapFilter,
     sync: Callable[[], None],
-    quota_of: Callable[[str | None], Fraction | None],
+    quota_of: Callable[..., Fraction | None],
     table: str,
     batch: Sequence[Request],
     analyst: str | None,
@@ -187,7 +200,8 @@ def check_and_charge(
     :class:`~dpcurator.errors.Undecided` past ``deadline``).
 
     ``sync`` brings ``filt`` up to date with the ledger (called under the lock);
-    ``quota_of`` reads an analyst's quota. The exact computations of one decision share
+    ``quota_of`` reads an analyst's quota; ``commits`` writes the charges, with those
+    of concurrent requests (:mod:`dpcurator.curator.group_commit`). The exact computations of one decision share
     ``solver_time_limit`` seconds (within the deadline). ``answers()``, called once the
     batch is admitted and before the transaction, gives each request's answer, recorded
     with its charge in that one transaction: the answer exists before the charge is
@@ -197,11 +211,14 @@ def check_and_charge(
     """
     made: Sequence[object] | None = None
     aborted: TransactionAborted | None = None
+    coverages = [coverage_json(r.query) for r in batch]
     for _ in range(FORK_ATTEMPTS):
         deadlines.check()
         with ledger.lock:
             sync()
-            quota = quota_of(analyst)
+            # as last read: the decision is re-validated with the quota read in the
+            # write transaction, which also refreshes this view for a next round
+            quota = quota_of(analyst, fresh=False)
             fork = filt.fork()
         version = fork.version
         done: list[Decision] = []
@@ -222,38 +239,15 @@ def check_and_charge(
             pool.run(exact, analyst, deadline)
         if answers is not None and made is None:
             made = answers()
-        got = None
-        with ledger.lock:
-            try:
-                with ledger.transaction():
-                    sync()
-                    quota = quota_of(analyst)
-                    got = _revalidate(filt, version, table, batch, done, analyst, quota)
-                    if got is not None:
-                        ids = [
-                            ledger.insert_charge(
-                                analyst=analyst,
-                                table=table,
-                                kind=r.kind,
-                                request=r.request,
-                                coverage=coverage_json(r.query),
-                                cost=r.cost,
-                                level=d.level,
-                                noise=r.noise,
-                                answer=None if made is None else made[i],
-                            )
-                            for i, (r, d) in enumerate(zip(batch, got, strict=True))
-                        ]
-            except TransactionAborted as err:
-                aborted = err  # nothing was written: decide again
-                continue
-            aborted = None
-            if got is not None:
-                # Committed: only now does the filter (and then the answer) see them.
-                for cid, r, d in zip(ids, batch, got, strict=True):
-                    filt.add(Charge(cid, table, analyst, r.query, r.cost, d.level))
-                filt.learn(fork)
-                return list(zip(ids, got, strict=True))
+        entry = Entry(table, batch, done, analyst, version, fork, made, coverages)
+        try:
+            got = commits.submit(entry)
+        except TransactionAborted as err:
+            aborted = err  # nothing was written: decide again
+            continue
+        aborted = None
+        if got is not None:
+            return got
     if aborted is not None:
         raise aborted
     raise Undecided(

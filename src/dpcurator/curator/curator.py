@@ -35,9 +35,11 @@ from dpcurator.curator.admission import (
     Request,
     check_and_charge,
     query_of,
+    revalidate,
 )
 from dpcurator.curator.answers import Answer, DerivedAnswer, HistoryEntry, TableAnswer
 from dpcurator.curator.budget import Budget, Cost, exact_number
+from dpcurator.curator.group_commit import GroupCommit
 from dpcurator.curator.ledger import ChargeRow, Ledger
 from dpcurator.curator.overlap_filter import (
     SOLVER_TIME_LIMIT,
@@ -249,6 +251,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         self._filter = OverlapFilter(budget.amount, budget.currency)
         if self._processes is not None:
             self._filter.solve = self._processes.max_loss
+        self._commits = GroupCommit(ledger, self._filter, self._sync, self._quota, revalidate)
         with ledger.lock:
             self._load_checkpoint()
             self._sync()
@@ -517,10 +520,10 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         q = query_of(self._schema(row.table), row.coverage, row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
 
-    def _quota(self, analyst: str | None) -> Fraction | None:
+    def _quota(self, analyst: str | None, *, fresh: bool = True) -> Fraction | None:
         if analyst is None:
             return None
-        quota = self._ledger.quota(analyst)
+        quota = self._ledger.quota(analyst, fresh=fresh)
         if quota is False:
             raise InvalidParameter(f"unknown analyst {analyst!r}")
         return quota  # type: ignore[return-value]
@@ -578,6 +581,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests):
         answers recorded with the charges, once the batch is admitted."""
         try:
             return check_and_charge(
+                self._commits,
                 self._ledger,
                 self._filter,
                 self._sync,

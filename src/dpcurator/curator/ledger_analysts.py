@@ -92,10 +92,13 @@ class AnalystsChain:
         except self._store.errors as err:
             raise self._unreadable(err) from None
 
-    def quota(self, analyst: str) -> Fraction | bool | None:
-        """The analyst's quota; None for no quota; False if the analyst is unknown."""
+    def quota(self, analyst: str, *, fresh: bool = True) -> Fraction | bool | None:
+        """The analyst's quota; None for no quota; False if the analyst is unknown.
+        ``fresh=False``: as this process last read it, when it knows the analyst (what
+        a decision to be re-validated needs: the write transaction reads it again)."""
         with self._lock:
-            self._refresh_analysts()
+            if fresh or analyst not in self._analysts:
+                self._refresh_analysts()
             entry = self._analysts.get(analyst)
             return False if entry is None else entry.quota
 
