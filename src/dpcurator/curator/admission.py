@@ -28,7 +28,10 @@ every host); nothing slow runs under it:
    to step 1 too.
 
 So the lock is held for O(new charges + batch) work plus the commit, whatever the
-history. A batch goes through the same steps as one unit, all or nothing.
+history. A batch goes through the same steps as one unit, all or nothing. Step 3 runs
+for every request that reached it while another's transaction was being written, in
+one transaction (:mod:`dpcurator.curator.group_commit`): each re-validated against the
+group's earlier charges too.
 """
 
 from __future__ import annotations

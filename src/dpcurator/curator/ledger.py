@@ -382,7 +382,6 @@ class Ledger(AnalystsChain, Anchoring):
         wrote them, when it wrote them all (the common case: nothing to read back), else
         read from the store and their hashes checked from ``upto``'s."""
         mine = self._written
-        del mine[: _first_after(mine, upto)]  # sealed already
         whole = len(mine) == head[0] - upto  # ids only grow: then they are upto+1..head
         if mine and whole and (mine[-1][0], mine[-1][6]) == head:
             return [r[:6] for r in mine]
@@ -420,6 +419,7 @@ class Ledger(AnalystsChain, Anchoring):
                 raise self._broken(f"checkpoint {len(found) + 1} was removed")
             last = found[-1] if found else None
             upto = last.upto if last else 0
+            del self._written[: _first_after(self._written, upto)]  # sealed already
             head = self._meta_head("charges_head")
             if head[0] - upto < self.checkpoint_every:
                 self._checkpoints = found
