@@ -46,8 +46,9 @@ BOX, UNION, EMPTY = 0, 1, 2
 _MAGIC = b"dpcurator segment 1\n"
 _HEADER = struct.Struct("<Q")  # the header's length
 #: A stored charge's fields a segment is built from: id, analyst, table, and the texts of
-#: its coverage, cost and level.
-SegmentInput = tuple[int, str | None, str, str, str, str]
+#: its coverage, cost and level; then, optionally, what :func:`hull_of` gives of its
+#: coverage (a writer that has the coverage parsed computes it once, as it writes).
+SegmentInput = tuple  # (int, str | None, str, str, str, str[, (int, dict)])
 
 
 def checkpoints_genesis(ledger_genesis: bytes) -> bytes:
@@ -208,6 +209,9 @@ def build_segment(rows: Iterable[SegmentInput]) -> tuple[TableSegment, ...]:
 def _table_segment(table: str, rows: list[SegmentInput]) -> TableSegment:
     hulls = []
     for r in rows:
+        if len(r) > 6:
+            hulls.append(r[6])
+            continue
         coverage = json.loads(r[3])
         if not isinstance(coverage, dict):
             raise ValueError(f"charge {r[0]}: a coverage that is not an object")

@@ -384,7 +384,7 @@ class Ledger(AnalystsChain, Anchoring):
         mine = self._written
         whole = len(mine) == head[0] - upto  # ids only grow: then they are upto+1..head
         if mine and whole and (mine[-1][0], mine[-1][6]) == head:
-            return [r[:6] for r in mine]
+            return [(*r[:6], r[7]) for r in mine]
         if last is not None and rows.charge_hash(upto) != last.charge_hash:
             raise self._broken(f"checkpoint {last.seq} does not end at charge {upto}")
         prev = self._genesis if last is None else bytes.fromhex(last.charge_hash)
@@ -780,7 +780,10 @@ class Ledger(AnalystsChain, Anchoring):
             self._head = (cid, h)
             # what the next checkpoint seals of it, as written (see _write_checkpoint)
             if self._has_checkpoints and self.durable:
-                self._written.append((cid, analyst, table, cov, fields[7], fields[8], h.hex()))
+                hull = cp.hull_of(coverage)  # parsed already: not again at the checkpoint
+                self._written.append(
+                    (cid, analyst, table, cov, fields[7], fields[8], h.hex(), hull)
+                )
             return cid
 
     def record_answer(self, charge_id: int, answer: object) -> None:
