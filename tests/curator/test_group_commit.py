@@ -65,7 +65,7 @@ def entry(c: Curator, text: str, cost: Fraction) -> Entry:
         fork = c._filter.fork()
     d = fork.decide("data", q, cost)
     assert d is not None and d.admitted
-    return Entry("data", [r], [d], None, fork.version, fork, None, [coverage_json(q)])
+    return Entry("data", [r], [d], None, fork.version, fork, None, [c._ledger.coverage(coverage_json(q))])
 
 
 def held_commits(c: Curator) -> tuple[GroupCommit, threading.Event, threading.Event]:

@@ -214,7 +214,7 @@ def check_and_charge(
     """
     made: Sequence[object] | None = None
     aborted: TransactionAborted | None = None
-    coverages = [coverage_json(r.query) for r in batch]
+    coverages = [ledger.coverage(coverage_json(r.query)) for r in batch]  # before the lock
     for _ in range(FORK_ATTEMPTS):
         deadlines.check()
         with ledger.lock:

@@ -166,8 +166,12 @@ def _box_hull(box: dict[str, list[list[int]]]) -> dict[str, tuple[int, int]] | N
     for name, ivs in box.items():
         if not ivs:
             return None
-        out[name] = (min(s for s, _ in ivs), max(e for _, e in ivs))
+        out[name] = (min(ivs)[0], max(map(_end, ivs)))
     return out
+
+
+def _end(interval: Sequence[int]) -> int:
+    return interval[1]
 
 
 def hull_of(coverage: dict[str, Any]) -> tuple[int, dict[str, tuple[int, int]]]:

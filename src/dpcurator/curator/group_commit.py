@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from dpcurator.curator.ledger import Ledger
+from dpcurator.curator.ledger import Coverage, Ledger
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 
 #: Re-validates one request of a group: (filter, version, table, batch, decisions,
@@ -51,7 +51,7 @@ class Entry:
     fork: OverlapFilter
     answers: Sequence[object] | None
     #: Each request's coverage as the ledger stores it (made before the lock is taken).
-    coverages: Sequence[dict[str, Any]]
+    coverages: Sequence[Coverage]
     #: The charge ids and decisions, None (overtaken: decide again), or an error.
     outcome: list[tuple[int, Decision]] | BaseException | None = None
     leads: bool = False

@@ -82,6 +82,15 @@ class ChargeRow:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """A charge's coverage checked and encoded by :meth:`Ledger.coverage` (``text``, as
+    stored), with its hull (:func:`dpcurator.curator.checkpoint.hull_of`)."""
+
+    text: str
+    hull: tuple[int, dict[str, tuple[int, int]]]
+
+
+@dataclass(frozen=True)
 class Opened:
     """What a curator's open found at the ledger's last checkpoint: the charges 1 to
     ``upto`` as its segments hold them, and its summary (verified: see
@@ -732,23 +741,24 @@ class Ledger(AnalystsChain, Anchoring):
         table: str,
         kind: str,
         request: str,
-        coverage: dict[str, list[list[int]]],
+        coverage: dict[str, list[list[int]]] | Coverage,
         cost: Fraction,
         level: Fraction,
         noise: str,
         answer: object = None,
     ) -> int:
         """Append a charge to the chain (inside the caller's transaction, if any), with
-        its answer (sealed, see the module docstring) when it is known already."""
+        its answer (sealed, see the module docstring) when it is known already. The
+        coverage as a dict, or as :meth:`coverage` checked and encoded it already (what a
+        writer holding the lock for many charges does first)."""
         cost, level = Fraction(cost), Fraction(level)
         if cost <= 0 or level < cost:
             raise LedgerError(
                 f"ledger {self.path}: refusing to record a charge of cost {cost} at level "
                 f"{level} (the cost must be > 0 and the level at least the cost)"
             )
-        cov = json.dumps(coverage) if isinstance(coverage, dict) else None
-        if cov is None or chain.valid_coverage(cov) is None:
-            raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
+        checked = coverage if isinstance(coverage, Coverage) else self.coverage(coverage)
+        cov = checked.text
         with self._lock, self._write():
             rows = self._rows()
             if not self._at_head:
@@ -779,12 +789,21 @@ class Ledger(AnalystsChain, Anchoring):
             rows.set_meta("charges_head", f"{cid} {h.hex()}")
             self._head = (cid, h)
             # what the next checkpoint seals of it, as written (see _write_checkpoint)
-            if self._has_checkpoints and self.durable:
-                hull = cp.hull_of(coverage)  # parsed already: not again at the checkpoint
+            if self._has_checkpoints and self.durable:  # its hull: not again at the checkpoint
                 self._written.append(
-                    (cid, analyst, table, cov, fields[7], fields[8], h.hex(), hull)
+                    (cid, analyst, table, cov, fields[7], fields[8], h.hex(), checked.hull)
                 )
             return cid
+
+    def coverage(self, coverage: object) -> Coverage:
+        """``coverage`` (``{attribute: [[start, end], ...]}`` or ``{"|": [box, ...]}``)
+        checked and encoded as the ledger stores it, with its hull for checkpoints: the
+        work of a charge that needs no lock. :class:`LedgerError` if it is malformed."""
+        cov = json.dumps(coverage) if isinstance(coverage, dict) else None
+        parsed = None if cov is None else chain.valid_coverage(cov)
+        if parsed is None:
+            raise LedgerError(f"ledger {self.path}: refusing to record malformed coverage")
+        return Coverage(cov, cp.hull_of(parsed))  # type: ignore[arg-type]
 
     def record_answer(self, charge_id: int, answer: object) -> None:
         self.record_answers([(charge_id, answer)])
