@@ -518,3 +518,52 @@ def test_two_curators_on_one_ledger_checkpoint_what_both_charged(table, place):
         same_filters(c._filter, rebuilt(c))
     finally:
         c.close()
+
+
+@settings(max_examples=80)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5), st.integers(0, 5), st.integers(0, 2), st.integers(0, 2),
+            st.sampled_from(["1/3", "1152921504606847/1152921504606846976", "2/7"]),
+            st.sampled_from([None, "ann"]),
+        ),
+        min_size=1, max_size=20,
+    ),
+    st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 2), st.integers(0, 2)),
+    st.sampled_from([all, None, "ann"]),
+)  # fmt: skip
+def test_box_within_is_the_brute_force_maximum_over_the_query(specs, box, who):
+    """The answer's quick figure from the arrays: the exact maximum over the query's
+    points of the summed costs of the (analyst's) charges covering them."""
+    from dpcurator.queries import Schema
+
+    schema = Schema.of(
+        {
+            "attributes": [
+                {"name": "a", "type": "integer", "min": 0, "max": 5},
+                {"name": "c", "type": "integer", "min": 0, "max": 2},
+            ]
+        }
+    )
+    f = OverlapFilter(Fraction(10**6), "epsilon")
+    for i, (a0, a1, c0, c1, cost, analyst) in enumerate(specs, start=1):
+        cov = {"a": [[min(a0, a1), max(a0, a1) + 1]], "c": [[min(c0, c1), max(c0, c1) + 1]]}
+        f.add(Charge(i, "t", analyst, query_of(schema, cov, ""), Fraction(cost), Fraction(10)))
+    a0, a1, c0, c1 = box
+    q = query_of(schema, {"a": [[min(a0, a1), max(a0, a1) + 1]], "c": [[min(c0, c1), 3]]}, "")
+    ix = f._tables["t"]
+    got = ix.box_within(np.arange(ix.n), q, who)
+    assert got is not None
+    points = [
+        {"a": a, "c": c} for a in range(6) for c in range(3) if q.covers({"a": a, "c": c})
+    ]
+    want = max(
+        sum(
+            (ch.cost for ch in f.charges("t")
+             if (who is all or ch.analyst == who) and ch.query.covers(x)),
+            Fraction(0),
+        )
+        for x in points
+    )  # fmt: skip
+    assert got == want

@@ -670,11 +670,15 @@ class OverlapFilter:
                 top = Fraction(float(index.level[: index.n][mask].max())) if mask.any() else Fraction(0)
                 few = int(np.count_nonzero(mask)) <= QUICK_NEAR
             small = None
-            if few and mask is not None:  # the charges near the query, in Python
-                near = [index.charges[i] for i in np.flatnonzero(mask).tolist()]
-                if analyst is not None:
-                    near = [c for c in near if c.analyst == analyst]
-                small = _small_grid_loss(near, query) if grid else None
+            if few and mask is not None:  # the charges near the query
+                positions = np.flatnonzero(mask)
+                who = all if analyst is None else analyst
+                small = index.box_within(positions, query, who, QUICK_CELLS) if grid else None
+                if small is None:  # one by one, in Python
+                    near = [index.charges[i] for i in positions.tolist()]
+                    if analyst is not None:
+                        near = [c for c in near if c.analyst == analyst]
+                    small = _small_grid_loss(near, query) if grid else None
             if small is not None:
                 here = small
             else:

@@ -243,6 +243,36 @@ class TableIndex:
     def all_charges(self) -> list[Charge]:
         return self.charges.range(0, self.n)
 
+    def box_within(
+        self, positions: np.ndarray, query: Query, analyst: object = all, cells: int = 50_000
+    ) -> Fraction | None:
+        """max over x in C_query of the summed costs of the charges at ``positions`` (only
+        ``analyst``'s, if given) covering x, exactly, from the arrays (no query object
+        made), when the query and those charges are boxes and their grid within the
+        query has at most ``cells`` cells; else None. Each box is clipped to the query's:
+        outside it they add nothing, inside they are unchanged."""
+        if not isinstance(query, Query) or any(len(p.coverage) != 1 for p in query.predicates):
+            return None
+        pos = np.asarray(positions, dtype=np.int64)
+        if analyst is not all:
+            code = self._codes.get(("who", analyst))
+            pos = pos[self.who[pos] == code] if code is not None else pos[:0]
+        if (self.shape[pos] == UNION).any():
+            return None
+        lo, hi = self.lo[pos].copy(), self.hi[pos].copy()
+        for p in query.predicates:
+            j = self.names[p.attribute.name]
+            (qlo, qhi), = p.coverage
+            np.maximum(lo[:, j], qlo, out=lo[:, j])
+            np.minimum(hi[:, j], qhi, out=hi[:, j])
+        empty = self.shape[pos] == EMPTY
+        hi[empty] = lo[empty]  # adds nothing
+        costs = self.costs
+        scale = math.lcm(*(c.denominator for c in costs))
+        weights = [c.numerator * (scale // c.denominator) for c in costs]
+        got = box_maximum(self.sizes.tolist(), lo, hi, self.cost[pos], weights, cells)
+        return None if got is None else Fraction(got[0], scale)
+
     def box_worst(self, analyst: object = all) -> tuple[Fraction, dict[str, int]] | None:
         """max_x of the summed costs of the charges covering x (only ``analyst``'s, if
         given), exactly, with the positions of a point reaching it, when every charge
