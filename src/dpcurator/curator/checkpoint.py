@@ -302,6 +302,13 @@ def encode_segment(parts: Sequence[TableSegment]) -> bytes:
 
 def decode_segment(data: bytes) -> tuple[TableSegment, ...]:
     """The segment ``data`` encodes; ``ValueError`` if it is not one exactly."""
+    try:
+        return _decode(data)
+    except (struct.error, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
+        raise ValueError(f"not a segment ({type(err).__name__})") from None
+
+
+def _decode(data: bytes) -> tuple[TableSegment, ...]:
     if not data.startswith(_MAGIC):
         raise ValueError("not a segment")
     at = len(_MAGIC)
@@ -334,6 +341,18 @@ def decode_segment(data: bytes) -> tuple[TableSegment, ...]:
             at += width
         if any(len(t) != n for t in texts):
             raise ValueError("texts")
+        codes_ok = (
+            (arrays["analyst"] >= -1).all()
+            and (arrays["analyst"] < len(h["analysts"])).all()
+            and (arrays["cost"] >= 0).all()
+            and (arrays["cost"] < len(h["costs"])).all()
+            and (arrays["shape"] <= EMPTY).all()
+            and (arrays["ids"] >= 1).all()
+            and (np.diff(arrays["ids"]) > 0).all()
+            and not np.isnan(arrays["level"]).any()
+        )
+        if not codes_ok:
+            raise ValueError("codes")
         out.append(
             TableSegment(
                 table=h["table"],
