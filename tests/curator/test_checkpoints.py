@@ -585,3 +585,68 @@ def test_box_within_is_the_brute_force_maximum_over_the_query(specs, box, who):
         for x in points
     )  # fmt: skip
     assert got == want
+
+
+def test_box_maximum_narrows_to_the_attributes_the_boxes_constrain():
+    """16 attributes of 2 values, boxes on c0 alone: the grid is c0's (2^16 corner
+    passes were half a minute), and the maximum is exact."""
+    lo = np.zeros((3, 16), np.int64)
+    hi = np.full((3, 16), 2, np.int64)
+    hi[0, 0], lo[1, 0] = 1, 1  # c0 < 1, c0 >= 1, and the whole domain
+    got = box_maximum([2] * 16, lo, hi, np.array([0, 1, 0]), [5, 7])
+    assert got is not None and got[0] == 12 and got[1][0] == 1
+
+
+def test_box_maximum_refuses_rather_than_trust_overflowed_floats():
+    big = 2**1024 - 2**970 - 1  # beyond the float range once summed
+    lo, hi = np.array([[0], [0]], np.int64), np.array([[2], [1]], np.int64)
+    assert box_maximum([2], lo, hi, np.array([0, 1]), [big, 2**1023]) is None
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"table": ["data"]},
+        {"analysts": [{}]},
+        {"costs": [[1]]},
+        {"costs": ["0"]},
+        {"costs": ["-1/3"]},
+    ],
+)
+def test_a_segment_header_of_the_wrong_types_is_a_value_error(header):
+    rows = [(1, "ann", "data", '{"a": [[0, 3]]}', "1/3", "1/3")]
+    data = cp.encode_segment(cp.build_segment(rows))
+    magic = b"dpcurator segment 1\n"
+    size = int.from_bytes(data[len(magic) : len(magic) + 8], "little")
+    head = json.loads(data[len(magic) + 8 : len(magic) + 8 + size])
+    head[0].update(header)
+    new = json.dumps(head, separators=(",", ":"), sort_keys=True).encode()
+    forged = magic + len(new).to_bytes(8, "little") + new + data[len(magic) + 8 + size :]
+    with pytest.raises(ValueError):
+        cp.decode_segment(forged)
+
+
+def test_an_empty_interval_is_an_empty_charge_in_a_checkpoint_too(table, tmp_path):
+    """A coverage with an empty interval ([[2, 2]]) is an empty query: the checkpoint
+    says so, and the ledger reopens with the filter a rebuild gives."""
+
+    class Place:
+        target = str(tmp_path / "e.db")
+
+    c = open_curator(table, Place)
+    c._ledger.checkpoint_every = 2
+    for cov in ({"a": [[2, 2]]}, {"a": [[0, 2], [3, 3]]}, {"a": [[1, 4]]}):
+        with c._ledger.transaction():
+            c._ledger.insert_charge(
+                analyst=None, table="data", kind="count", request="x", coverage=cov,
+                cost=Fraction(1, 10), level=Fraction(1, 10), noise="n",
+            )  # fmt: skip
+    c.close()
+    led = Ledger(Place.target, None, create=False, anchor=None)
+    assert led.verify() == 3 and led._checkpoints
+    led.close()
+    c = open_curator(table, Place)
+    try:
+        same_filters(c._filter, rebuilt(c))
+    finally:
+        c.close()

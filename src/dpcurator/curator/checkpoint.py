@@ -164,6 +164,7 @@ def _box_hull(box: dict[str, list[list[int]]]) -> dict[str, tuple[int, int]] | N
     """Per attribute the box constrains, [lo, hi) around its coverage; None if empty."""
     out = {}
     for name, ivs in box.items():
+        ivs = [iv for iv in ivs if iv[0] < iv[1]]  # an empty interval holds no value
         if not ivs:
             return None
         out[name] = (min(ivs)[0], max(map(_end, ivs)))
@@ -197,7 +198,7 @@ def hull_of(coverage: dict[str, Any]) -> tuple[int, dict[str, tuple[int, int]]]:
     spans = _box_hull(coverage)
     if spans is None:
         return EMPTY, {}
-    single = all(len(ivs) == 1 for ivs in coverage.values())
+    single = all(sum(s < e for s, e in ivs) == 1 for ivs in coverage.values())
     return (BOX if single else UNION), spans
 
 
@@ -323,6 +324,11 @@ def _decode(data: bytes) -> tuple[TableSegment, ...]:
         n, k = h["n"], len(h["attrs"])
         if type(n) is not int or n < 1 or not all(type(a) is str for a in h["attrs"]):
             raise ValueError("header")
+        if type(h["table"]) is not str or not all(type(a) is str for a in h["analysts"]):
+            raise ValueError("header")
+        for c in h["costs"]:
+            if _fraction(c) <= 0:
+                raise ValueError("a cost")
         arrays = {}
         for name, dtype in _ARRAYS:
             count = n * k if name in ("lo", "hi") else n

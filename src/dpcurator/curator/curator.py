@@ -490,7 +490,7 @@ class Curator(
                 self._schema,
                 lambda schema, coverage: query_of(schema, coverage, ""),
             )
-        except ValueError as err:
+        except (ValueError, TypeError) as err:
             raise LedgerError(
                 f"ledger {self._ledger.path}: its last checkpoint does not fit the schemas "
                 f"({err}); restore the ledger from a backup"

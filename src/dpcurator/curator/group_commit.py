@@ -32,6 +32,7 @@ from typing import Any
 
 from dpcurator.curator.ledger import Coverage, Ledger
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
+from dpcurator.errors import DpCuratorError, LedgerError
 
 #: Re-validates one request of a group: (filter, version, table, batch, decisions,
 #: analyst, quota, the group's earlier charges) -> the decisions raised, or None.
@@ -117,12 +118,18 @@ class GroupCommit:
                         earlier: list[Charge] = []  # the group's charges so far
                         quotas: dict[str | None, Fraction | None] = {}
                         for e in group:
-                            if e.analyst not in quotas:
-                                quotas[e.analyst] = self._quota_of(e.analyst)
-                            got = self._revalidate(
-                                filt, e.version, e.table, e.batch, e.decisions, e.analyst,
-                                quotas[e.analyst], earlier,
-                            )  # fmt: skip
+                            try:  # its own failure (an analyst just removed) is its own
+                                if e.analyst not in quotas:
+                                    quotas[e.analyst] = self._quota_of(e.analyst)
+                                got = self._revalidate(
+                                    filt, e.version, e.table, e.batch, e.decisions,
+                                    e.analyst, quotas[e.analyst], earlier,
+                                )  # fmt: skip
+                            except DpCuratorError as err:
+                                if isinstance(err, LedgerError):
+                                    raise  # the store's: the whole group's
+                                e.outcome = err  # nothing of it written
+                                continue
                             if got is None:
                                 continue  # overtaken: its outcome stays None
                             ids = [
@@ -145,7 +152,7 @@ class GroupCommit:
                                 for cid, r, d in zip(ids, e.batch, got, strict=True)
                             ]
                 except BaseException as err:
-                    for e in group:
+                    for e in group:  # nothing of the group was written
                         e.outcome = err
                     return
                 # Committed: only now does the filter (and then each answer) see them.

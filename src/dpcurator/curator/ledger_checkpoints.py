@@ -206,7 +206,7 @@ class Checkpoints:
         self._checkpointing = True
         try:
             self.checkpoint()
-        except LedgerError as err:
+        except Exception as err:  # the commit stands whatever happens here
             log.error("ledger %s: no checkpoint written: %s", self.path, err)
         finally:
             self._checkpointing = False

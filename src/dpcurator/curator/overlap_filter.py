@@ -56,6 +56,7 @@ import numpy as np
 from dpcurator import deadlines
 from dpcurator.curator.lazy_rows import LazyRows
 from dpcurator.curator.table_index import Charge, TableIndex
+from dpcurator.errors import DpCuratorError, LedgerError
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, contains, intersection
 from dpcurator.queries.overlap.dense import DENSE_LIMIT, dense_max_overlap
@@ -320,12 +321,21 @@ class OverlapFilter:
                 whos: list = whos, costs: list = costs, levels: list = levels,
                 covs: list = covs,
             ) -> Charge:  # fmt: skip
-                q = query_of(s, json.loads(covs[i]))
-                return Charge(int(ids[i]), t, whos[i], q, Fraction(costs[i]), Fraction(levels[i]))
+                try:
+                    q = query_of(s, json.loads(covs[i]))
+                    return Charge(int(ids[i]), t, whos[i], q, Fraction(costs[i]), _level(levels[i]))
+                except (ValueError, TypeError, KeyError, AttributeError, DpCuratorError):
+                    raise _malformed(int(ids[i])) from None
+
+            def level_of(i: int, levels: list = levels, ids: np.ndarray = ids) -> Fraction:
+                try:
+                    return _level(levels[i])
+                except (ValueError, TypeError):
+                    raise _malformed(int(ids[i])) from None
 
             index = TableIndex(schema)
             try:
-                index.load(segs, top, spent, make, lambda i, v=levels: Fraction(v[i]))
+                index.load(segs, top, spent, make, level_of)
             except KeyError as err:
                 raise ValueError(f"table {table}: no attribute {err}") from None
             self._tables[table] = index
@@ -713,6 +723,21 @@ def _hit(loss: Loss, room: Fraction) -> Fraction:
     """The loss a refusal reports: a real point's when one exceeds ``room``, else the
     upper bound."""
     return loss.reached if loss.reached is not None and loss.reached > room else loss.value
+
+
+def _level(text: str) -> Fraction:
+    """A level as a checkpoint stores it: a positive fraction (``ValueError`` if not)."""
+    v = Fraction(text)
+    if v <= 0:
+        raise ValueError(text)
+    return v
+
+
+def _malformed(cid: int) -> LedgerError:
+    return LedgerError(
+        f"the ledger's checkpoint holds charge {cid} malformed; restore the ledger from a "
+        "backup"
+    )
 
 
 def _point(index: TableIndex, positions: dict[str, int]) -> dict[str, int | str]:

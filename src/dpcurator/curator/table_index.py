@@ -115,7 +115,9 @@ class TableIndex:
         self.charges, self.levels = self.charges.head(n), self.levels.head(n)
         for name in self._ARRAYS:
             setattr(self, name, getattr(self, name).copy())
-        self.costs, self.whos, self._codes = list(self.costs), list(self.whos), dict(self._codes)
+        # the codes first: a code is published only after its value is appended (_code)
+        self._codes = dict(self._codes)
+        self.costs, self.whos = list(self.costs), list(self.whos)
         self.owned = True
 
     def _grow(self, size: int) -> None:
@@ -134,8 +136,9 @@ class TableIndex:
         code = self._codes.get(key)
         if code is None:
             values: list = self.costs if kind == "cost" else self.whos
-            code = self._codes[key] = len(values)
+            code = len(values)
             values.append(value)
+            self._codes[key] = code  # last: a snapshot copying now never sees it half-made
         return code
 
     def add(self, charge: Charge) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpcurator import deadlines
 from dpcurator.queries.boolean import boxes_of
 from dpcurator.queries.predicates import IntervalSet, Query
 from dpcurator.queries.schema import Schema
@@ -407,28 +408,42 @@ def box_maximum(
         wf = np.array([float(weights[int(u)]) for u in used])
     except OverflowError:
         return None
-    cuts = [np.unique(np.concatenate(([0, s], lo[:, j], hi[:, j]))) for j, s in enumerate(sizes)]
+    # only the attributes some box narrows: the others are one segment, every box's
+    full = list(sizes)
+    narrow = [
+        j for j in range(k) if (lo[:, j] > 0).any() or (hi[:, j] < full[j]).any()
+    ]  # fmt: skip
+    if not narrow:  # every box is the whole domain
+        return sum(int(weights[int(c)]) for c in codes), (0,) * k
+    lo, hi = lo[:, narrow], hi[:, narrow]
+    m = len(narrow)
+    cuts = [np.unique(np.concatenate(([0, full[j]], lo[:, i], hi[:, i]))) for i, j in enumerate(narrow)]
     shape = tuple(len(c) - 1 for c in cuts)
     ext = tuple(n + 1 for n in shape)
     size = math.prod(ext)
-    if len(used) * size > limit:
+    # the work: 2^m corner passes over the boxes and the grid
+    if len(used) * size > limit or (1 << m) * (len(lo) + len(used) * size) > MAX_UPDATES:
         return None
-    starts = [np.searchsorted(cuts[j], lo[:, j]) for j in range(k)]
-    stops = [np.searchsorted(cuts[j], hi[:, j]) for j in range(k)]
+    starts = [np.searchsorted(cuts[i], lo[:, i]) for i in range(m)]
+    stops = [np.searchsorted(cuts[i], hi[:, i]) for i in range(m)]
     base = code.astype(np.int64) * size
     diff = np.zeros(len(used) * size, np.int64)
-    for corner in itertools.product((0, 1), repeat=k):
+    for corner in itertools.product((0, 1), repeat=m):
+        deadlines.check()
         at = np.ravel_multi_index(
             [stops[j] if c else starts[j] for j, c in enumerate(corner)], ext
         )
         counts = np.bincount(base + at, minlength=len(diff)).astype(np.int64)
         diff += -counts if sum(corner) % 2 else counts
     grid = diff.reshape(len(used), *ext)
-    for axis in range(1, k + 1):
+    for axis in range(1, m + 1):
         np.cumsum(grid, axis=axis, out=grid)
     grid = grid[(slice(None), *(slice(0, n) for n in shape))].reshape(len(used), -1)
-    approx = wf @ grid
+    with np.errstate(over="ignore"):  # an overflow is seen below, and refused
+        approx = wf @ grid
     top = float(approx.max())
+    if not math.isfinite(top):  # the float sums overflowed: no rigorous prefilter
+        return None
     cand = np.flatnonzero(approx >= top * (1 - 2.0**-30))
     vectors, first = np.unique(grid[:, cand].T, axis=0, return_index=True)
     exact = [int(weights[int(u)]) for u in used]
@@ -438,4 +453,7 @@ def box_maximum(
         if load > best:
             best, at_cell = load, int(cand[f])
     cell = np.unravel_index(at_cell, shape)
-    return best, tuple(int(cuts[j][cell[j]]) for j in range(k))
+    point = [0] * k
+    for i, j in enumerate(narrow):
+        point[j] = int(cuts[i][cell[i]])
+    return best, tuple(point)
