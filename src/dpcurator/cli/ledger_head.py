@@ -45,33 +45,45 @@ _SAID = {
 
 
 def register(actions: argparse._SubParsersAction) -> None:
-    p = actions.add_parser(
-        "head",
-        help="the ledger's chain heads and its anchor's, and whether they agree",
-        description="Verify the ledger, print where its chains end (charge id and hash, "
-        "analyst entry and hash), the anchor's furthest entry, and whether the ledger "
-        "extends it.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    options.add_ledger(p, "the ledger: a file, or a postgresql:// URL")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
-    add_anchor(p)
-    p.set_defaults(handler=_head)
-    v = actions.add_parser(
-        "verify",
-        help="verify every charge, analyst entry and checkpoint, and the anchor",
-        description="Verify the whole ledger: both hash chains from their genesis, every "
-        "checkpoint rebuilt from the charges it covers (a curator opening the ledger "
-        "checks only the charges after the last one), and that the ledger extends its "
-        "anchor.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    options.add_ledger(v, "the ledger: a file, or a postgresql:// URL")
-    v.add_argument("--json", action="store_true", help="print one JSON document")
-    add_anchor(v)
-    v.set_defaults(handler=_verify)
+    for name, handler, summary, description in (
+        (
+            "head",
+            _head,
+            "the ledger's chain heads and its anchor's, and whether they agree",
+            "Verify the ledger, print where its chains end (charge id and hash, analyst "
+            "entry and hash), the anchor's furthest entry, and whether the ledger extends it.",
+        ),
+        (
+            "verify",
+            _verify,
+            "verify every charge, analyst entry and checkpoint, and the anchor",
+            "Verify the whole ledger: both hash chains from their genesis, every checkpoint "
+            "rebuilt from the charges it covers (a curator opening the ledger checks only "
+            "the charges after the last one), and that the ledger extends its anchor.",
+        ),
+    ):
+        p = actions.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        options.add_ledger(p, "the ledger: a file, or a postgresql:// URL")
+        p.add_argument("--json", action="store_true", help="print one JSON document")
+        add_anchor(p)
+        p.set_defaults(handler=handler)
+
+
+def _existing(args: argparse.Namespace) -> str | None:
+    """The ledger the arguments name (refused if a file that is not there), and its
+    anchor file."""
+    args.ledger = options.ledger_from(args)
+    name = target_of(args.ledger)
+    assert name is not None
+    if not is_url(name) and not Path(name).exists():
+        raise LedgerError(f"ledger {name}: no such file")
+    return anchor_file(args.ledger, anchor_of(args))
 
 
 def _heads_json(h: Heads) -> dict[str, object]:
@@ -87,12 +99,7 @@ def _heads_json(h: Heads) -> dict[str, object]:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    args.ledger = options.ledger_from(args)
-    name = target_of(args.ledger)
-    assert name is not None
-    if not is_url(name) and not Path(name).exists():
-        raise LedgerError(f"ledger {name}: no such file")
-    path = anchor_file(args.ledger, anchor_of(args))
+    path = _existing(args)
     led = Ledger(args.ledger, None, create=False, anchor=path)
     try:
         n = led.verify()
@@ -109,12 +116,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _head(args: argparse.Namespace) -> int:
-    args.ledger = options.ledger_from(args)
-    name = target_of(args.ledger)
-    assert name is not None
-    if not is_url(name) and not Path(name).exists():
-        raise LedgerError(f"ledger {name}: no such file")
-    path = anchor_file(args.ledger, anchor_of(args))
+    path = _existing(args)
     anchored = Anchor(path).latest() if path is not None else None  # before the ledger's
     led = Ledger(args.ledger, None, create=False, anchor=None)  # compared below
     try:
