@@ -650,3 +650,49 @@ def test_an_empty_interval_is_an_empty_charge_in_a_checkpoint_too(table, tmp_pat
         same_filters(c._filter, rebuilt(c))
     finally:
         c.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        "a < 3",
+        [["a", [0, 1]]],
+        {"a": [[3, 1]]},
+        {"a": [[-1, 2]]},
+        {"a": [[0, 1e400]]},
+        {"a": [[0, 5e-324]]},
+        {"a": [[0, 2**70]], "b": "x"},
+        {"|": [{"a": [[0, 1]]}, 7]},
+        {"a": [[0, 1, 2]]},
+        {"a": [[True, 2]]},
+        {"|": [{"|": [{"|": [{"a": [[0, 1]]}]}]}]},  # nested unions: not a coverage
+    ],
+)
+def test_ledger_coverage_refuses_garbage_in_one_line_and_writes_nothing(bad, tmp_path):
+    led = Ledger(tmp_path / "l.db", {"budget": "b", "tables": {"t": {}}})
+    try:
+        with pytest.raises(LedgerError, match="refusing to record malformed coverage"):
+            led.coverage(bad)
+        with pytest.raises(LedgerError, match="malformed coverage"):
+            led.insert_charge(
+                analyst=None, table="t", kind="count", request="x", coverage=bad,
+                cost=Fraction(1), level=Fraction(1), noise="n",
+            )  # fmt: skip
+        assert led.head[0] == 0
+    finally:
+        led.close()
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "text", "dir"])
+def test_ledger_verify_refuses_what_is_not_a_ledger_in_one_line(what, tmp_path, capsys):
+    target = tmp_path / "x.db"
+    if what == "empty":
+        target.write_bytes(b"")
+    elif what == "text":
+        target.write_text("not a ledger\n" * 50)
+    elif what == "dir":
+        target.mkdir()
+    code, out, err = cli(capsys, "ledger", "verify", target)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "x.db.anchor").exists()
