@@ -18,9 +18,8 @@ worker that has not answered by then is killed (and replaced on the next request
 overrun cannot hold a worker, and the request is answered ``Undecided`` with nothing
 charged. Closing the curator kills the workers.
 
-Workers start on first use, in the background (until one is ready, a check runs in the
-request's thread, as without workers), each a fresh interpreter running the worker module (the server's
-threads are never forked, and the caller's ``__main__`` is never imported again). At most ``workers`` run; the curator's solver
+Workers start on first use, from a fork server that has imported the solver once (the
+server's own threads are never forked). At most ``workers`` run; the curator's solver
 pool (:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once
 and shares them fairly between analysts. Which requests wait or time out depends on the
 public requests and the server's load, never on the data.
@@ -30,14 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import subprocess
-import sys
+import multiprocessing
 import threading
 import time
 from collections.abc import Iterable
 from fractions import Fraction
 from multiprocessing.connection import Connection
+from typing import Any
 
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
@@ -57,11 +55,25 @@ POLL = 0.05
 #: milliseconds of vector operations, less than the trip to a worker).
 LOCAL_CELLS = 50_000
 
-def serve(recv: Connection, send: Connection) -> None:
+_PRELOAD = ["dpcurator.curator.solver_processes"]
+
+
+def _context() -> Any:
+    """A fork server (the parent's threads are never forked), or spawn where there is
+    none."""
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:
+        return multiprocessing.get_context("spawn")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _serve(conn: Connection) -> None:
     """A worker: compute what the pipe brings until it closes."""
     while True:
         try:
-            job = recv.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             return
         charges, within, time_limit, at_most, at, seconds = job
@@ -74,37 +86,24 @@ def serve(recv: Connection, send: Connection) -> None:
         except Exception as err:
             reply = (False, err)
         try:
-            send.send(reply)
+            conn.send(reply)
         except (OSError, ValueError):
             return
 
 
 class _Worker:
-    """``python -m dpcurator.curator.solver_worker``: a fresh interpreter that imports
-    only the solver. Not a child made by :mod:`multiprocessing` (spawn or a fork server),
-    which would import the caller's ``__main__`` again: a script's top-level code would
-    run in every worker, and one read from stdin could not start any."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dpcurator.curator.solver_worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.send = Connection(os.dup(self.process.stdin.fileno()), readable=False)
-        self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-        self.process.stdin.close()
-        self.process.stdout.close()
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=True, name="dpc-solver")
+        self.process.start()
+        child.close()
 
     def kill(self) -> None:
-        for conn in (self.send, self.recv):
-            with contextlib.suppress(Exception):
-                conn.close()
+        with contextlib.suppress(Exception):
+            self.conn.close()
         with contextlib.suppress(Exception):
             self.process.kill()
-            self.process.wait(1.0)
+            self.process.join(1.0)
 
 
 class SolverProcesses:
@@ -116,53 +115,37 @@ class SolverProcesses:
         self.workers = workers
         #: grids of at most this many cells stay in the request's thread
         self.local_cells = LOCAL_CELLS
+        self._ctx = _context()
         self._free: list[_Worker] = []
         self._busy: set[_Worker] = set()
         self._started = 0
-        self._starting = 0
         self._closed = False
         self._cond = threading.Condition()
 
-    def _take(self, deadline: Deadline) -> _Worker | None:
-        """A free worker, or None: compute in this thread while workers start (a fresh
-        interpreter takes most of a second to import the solver, more than a request
-        should wait)."""
+    def _take(self, deadline: Deadline) -> _Worker:
         with self._cond:
-            while not self._free:
+            while not self._free and self._started >= self.workers:
                 if self._closed:
                     raise Undecided("the curator is shutting down; nothing was charged")
-                if self._started < self.workers:
-                    self._started += 1
-                    self._starting += 1
-                    threading.Thread(target=self._start_one, daemon=True).start()
-                    return None
-                if self._starting:
-                    return None
                 left = deadline.left()
                 if left <= 0:
                     raise deadline.error()
                 self._cond.wait(None if math.isinf(left) else left)
             if self._closed:
                 raise Undecided("the curator is shutting down; nothing was charged")
-            worker = self._free.pop()
-            self._busy.add(worker)
-            return worker
-
-    def _start_one(self) -> None:
+            if self._free:
+                worker = self._free.pop()
+                self._busy.add(worker)
+                return worker
+            self._started += 1
         try:
-            worker = _Worker()
-        except Exception:  # no worker: the requests compute in their threads
-            with self._cond:
-                self._starting -= 1
+            worker = _Worker(self._ctx)
+        except BaseException:
             self._lost(None)
-            return
+            raise
         with self._cond:
-            self._starting -= 1
-            if self._closed:
-                worker.kill()
-            else:
-                self._free.append(worker)
-            self._cond.notify()
+            self._busy.add(worker)
+        return worker
 
     def _give(self, worker: _Worker) -> None:
         with self._cond:
@@ -196,14 +179,12 @@ class SolverProcesses:
             return quick
         deadline, stop = deadlines.current(), deadlines.stopper()
         worker = self._take(deadline)
-        if worker is None:  # workers are starting: as before them, in this thread
-            return max_loss(charges, within, time_limit=time_limit, at_most=at_most)
         done = False
         try:
-            worker.send.send((charges, within, time_limit, at_most, deadline.at, deadline.seconds))
+            worker.conn.send((charges, within, time_limit, at_most, deadline.at, deadline.seconds))
             wait = deadline.left() + GRACE if deadline.at != math.inf else time_limit + SLACK
             until = time.monotonic() + wait
-            while not worker.recv.poll(min(POLL, max(0.0, until - time.monotonic()))):
+            while not worker.conn.poll(min(POLL, max(0.0, until - time.monotonic()))):
                 if stop is not None and stop.is_set():
                     raise Undecided("the curator is shutting down; nothing was charged")
                 if time.monotonic() >= until:
@@ -211,7 +192,7 @@ class SolverProcesses:
                         f"the exact check did not finish within {wait:g} s; nothing was "
                         "charged"
                     )
-            ok, value = worker.recv.recv()
+            ok, value = worker.conn.recv()
             done = True
         except (EOFError, OSError, BrokenPipeError):
             raise Undecided(
