@@ -129,7 +129,7 @@ def hard_curator(tmp_path, **kw) -> Curator:
 
 
 def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path):
-    c = hard_curator(tmp_path, request_time_limit=0.3, solver_time_limit=30.0)
+    c = hard_curator(tmp_path, request_time_limit=0.3, solver_time_limit=30.0, solver_processes=True)
     try:
         before = c._ledger.head[0]
         outcomes = []
@@ -151,7 +151,7 @@ def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path)
 
 
 def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
-    c = hard_curator(tmp_path, request_time_limit=3.0, solver_time_limit=3.0)
+    c = hard_curator(tmp_path, request_time_limit=3.0, solver_time_limit=3.0, solver_processes=True)
     procs = c._processes
     assert procs is not None
     try:
