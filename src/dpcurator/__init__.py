@@ -6,10 +6,17 @@ See docs/design.md for the architecture and the mathematics. The pure packages a
 (:class:`Curator`) is the one place where data, noise and budget meet.
 """
 
-from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
-from dpcurator.privacy.composition import compose
-from dpcurator.queries import Schema, max_overlap, parse_query
-from dpcurator.queries.statistic_request import StatisticRequest
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dpcurator.curator import Curator
+    from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
+    from dpcurator.privacy.composition import compose
+    from dpcurator.queries import Schema, max_overlap, parse_query
+    from dpcurator.queries.statistic_request import StatisticRequest
 
 __all__ = [
     "GDP",
@@ -26,10 +33,27 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:
-    # The curator pulls in DuckDB; import it only when asked for.
-    if name == "Curator":
-        from dpcurator.curator import Curator
+#: Where each public name lives. Imported when first asked for (PEP 562), so that a
+#: process needing one corner of the package (a solver worker, ``dpcurator --help``)
+#: does not pay for all of it: the privacy package pulls in SciPy, the curator DuckDB.
+_HOMES = {
+    "GDP": "dpcurator.privacy",
+    "ZCDP": "dpcurator.privacy",
+    "ApproxDP": "dpcurator.privacy",
+    "PureDP": "dpcurator.privacy",
+    "compose": "dpcurator.privacy.composition",
+    "Schema": "dpcurator.queries",
+    "max_overlap": "dpcurator.queries",
+    "parse_query": "dpcurator.queries",
+    "StatisticRequest": "dpcurator.queries.statistic_request",
+    "Curator": "dpcurator.curator",
+}
 
-        return Curator
-    raise AttributeError(f"module 'dpcurator' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dpcurator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

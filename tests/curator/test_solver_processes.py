@@ -2,8 +2,8 @@
 deadline enforced in the worker, a worker that dies or overruns replaced, nothing
 charged for an undecided request, and no worker left behind by close.
 
-Real curators over a real CSV file; the workers are real processes (a fork server's
-children), killed here with real signals.
+Real curators over a real CSV file; the workers are real processes (fresh interpreters),
+killed here with real signals.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def decisions(small, tmp_path, name: str, processes: bool) -> tuple[list[bool], 
     )
     if c._processes is not None:
         c._processes.local_cells = 0  # every search in a worker (the grid is small here)
+        assert c._processes.start() == c._processes.workers  # not in the requests' threads
     r = random.Random(9)
     out = []
     for _ in range(40):
@@ -89,7 +90,7 @@ def test_processes_decide_as_threads_do_and_as_brute_force_says(small, tmp_path)
             x = dict(zip(ATTRS, point, strict=True))
             assert sum(ch.cost for ch in charges if ch.query.covers(x)) <= 6
         # and some of those decisions went through a worker
-        assert c._processes is not None and c._processes._started >= 1
+        assert c._processes is not None and c._processes.running >= 1
     finally:
         c.close()
 
@@ -131,6 +132,7 @@ def hard_curator(tmp_path, **kw) -> Curator:
 def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path):
     c = hard_curator(tmp_path, request_time_limit=0.3, solver_time_limit=30.0, solver_processes=True)
     try:
+        assert c._processes is not None and c._processes.start() == c._processes.workers
         before = c._ledger.head[0]
         outcomes = []
         for _ in range(4):
@@ -145,7 +147,13 @@ def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path)
         assert c._ledger.head[0] == before + outcomes.count("answered")
         # no worker is left busy with an abandoned search, none beyond the bound
         procs = c._processes
-        assert procs is not None and not procs._busy and procs._started <= procs.workers
+        assert procs is not None
+        for _ in range(100):  # a pool thread past its request's deadline lets go at once
+            with procs._cond:
+                if not procs._busy:
+                    break
+            time.sleep(0.05)
+        assert not procs._busy and procs.running <= procs.workers
     finally:
         c.close()
 
@@ -153,7 +161,7 @@ def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path)
 def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
     c = hard_curator(tmp_path, request_time_limit=3.0, solver_time_limit=3.0, solver_processes=True)
     procs = c._processes
-    assert procs is not None
+    assert procs is not None and procs.start() == procs.workers
     try:
         got: list[object] = []
 
@@ -188,7 +196,7 @@ def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
             assert c._ledger.head[0] == before
         with contextlib.suppress(BudgetExceeded, Undecided):
             c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
-        assert procs._started <= procs.workers
+        assert procs.running <= procs.workers
     finally:
         c.close()
 
@@ -200,8 +208,8 @@ def test_close_kills_every_worker(small, tmp_path):
     workers = [w.process for w in procs._free]
     c.close()
     for p in workers:
-        p.join(5)
-        assert not p.is_alive()
+        p.wait(5)
+        assert p.poll() is not None
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])
@@ -209,3 +217,48 @@ def test_solver_processes_must_be_true_or_false(small, tmp_path, bad):
     data, schema = small
     with pytest.raises(InvalidParameter, match="solver_processes must be true or false"):
         Curator.open(data=data, schema=schema, budget=PureDP(1), solver_processes=bad)
+
+
+SCRIPT = """
+import json, os, sys
+from dpcurator import Curator
+from dpcurator.privacy import PureDP
+
+# top-level code with no main guard: it must run once, in this process only
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+c = Curator.open(data=sys.argv[2], schema=sys.argv[3], budget=PureDP(6), ledger=None)
+p = c._processes
+p.local_cells = 0
+ready = p.start(60)
+c.count("(c0 IN ('p', 'q') AND c1 = 'r') OR (c2 = 's' AND c3 IN ('p', 'q'))", epsilon=1.0)
+print(json.dumps({"ready": ready, "pids": [w.process.pid for w in p._free]}))
+c.close()
+"""
+
+
+@pytest.mark.parametrize("how", ["stdin", "file"])
+def test_a_script_without_a_main_guard_gets_workers_and_runs_once(small, tmp_path, how):
+    """The workers are fresh interpreters: a script read from stdin starts them, and a
+    script's top-level code (no ``if __name__ == "__main__"``) runs in its own process
+    only. A fork server's children would import the caller's ``__main__`` again."""
+    import subprocess
+    import sys
+
+    data, schema = small
+    log = tmp_path / "ran.txt"
+    args = [str(log), str(data), str(schema)]
+    if how == "stdin":
+        cmd, stdin = [sys.executable, "-", *args], SCRIPT
+    else:
+        script = tmp_path / "unguarded.py"
+        script.write_text(SCRIPT)
+        cmd, stdin = [sys.executable, str(script), *args], None
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["ready"] == 4 and len(out["pids"]) == 4
+    assert len(log.read_text().split()) == 1  # the top-level code ran once
+    for pid in out["pids"]:  # closed: every worker is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,17 +1,23 @@
 """The curator: budgets, refusals, the durable ledger."""
 
-from dpcurator.curator.answers import (
-    Answer,
-    DerivedAnswer,
-    HistoryEntry,
-    Statistic,
-    StatisticAnswer,
-    TableAnswer,
-)
-from dpcurator.curator.budget import Budget
-from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
-from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
-from dpcurator.curator.privacy_unit import PrivacyUnit
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dpcurator.curator.answers import (
+        Answer,
+        DerivedAnswer,
+        HistoryEntry,
+        Statistic,
+        StatisticAnswer,
+        TableAnswer,
+    )
+    from dpcurator.curator.budget import Budget
+    from dpcurator.curator.curator import AnalystSession, Curator, Estimate, Remaining
+    from dpcurator.curator.overlap_filter import OverlapFilter, max_loss
+    from dpcurator.curator.privacy_unit import PrivacyUnit
 
 __all__ = [
     "AnalystSession",
@@ -29,3 +35,31 @@ __all__ = [
     "TableAnswer",
     "max_loss",
 ]
+
+#: Where each public name lives, imported when first asked for (PEP 562): a solver
+#: worker needs the overlap filter, not DuckDB.
+_HOMES = {
+    "AnalystSession": "dpcurator.curator.curator",
+    "Answer": "dpcurator.curator.answers",
+    "Budget": "dpcurator.curator.budget",
+    "Curator": "dpcurator.curator.curator",
+    "DerivedAnswer": "dpcurator.curator.answers",
+    "Estimate": "dpcurator.curator.curator",
+    "HistoryEntry": "dpcurator.curator.answers",
+    "OverlapFilter": "dpcurator.curator.overlap_filter",
+    "PrivacyUnit": "dpcurator.curator.privacy_unit",
+    "Remaining": "dpcurator.curator.curator",
+    "Statistic": "dpcurator.curator.answers",
+    "StatisticAnswer": "dpcurator.curator.answers",
+    "TableAnswer": "dpcurator.curator.answers",
+    "max_loss": "dpcurator.curator.overlap_filter",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dpcurator.curator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -208,7 +208,7 @@ class Curator(
         limits: requests.RequestLimits | None = None,
         request_time_limit: float | None = None,
         solver_threads: int = 4,
-        solver_processes: bool = False,
+        solver_processes: bool = True,
     ) -> None:
         self._backends = dict(backends)
         #: Tables joined on the privacy unit (``a JOIN b``), built at their first SELECT.
@@ -256,7 +256,7 @@ class Curator(
         solver_time_limit: float = SOLVER_TIME_LIMIT,
         request_time_limit: float | None = None,
         solver_threads: int = 4,
-        solver_processes: bool = False,
+        solver_processes: bool = True,
         limits: requests.RequestLimits | None = None,
         backend: str = "duckdb",
         spark: object = None,
@@ -292,10 +292,9 @@ class Curator(
         limit but the solver's). ``solver_threads``: how many exact checks run at once
         (each analyst's one at a time); ``solver_processes``: whether their search runs
         in as many worker processes (so that it never holds the interpreter lock the
-        other requests need; see :mod:`dpcurator.curator.solver_processes`). Off by
-        default in Python: the workers come from a fork server, which imports the
-        caller's ``__main__`` again (a script needs an ``if __name__ == "__main__"``
-        guard); ``dpcurator serve`` turns it on.
+        other requests need; see :mod:`dpcurator.curator.solver_processes`). The
+        workers are fresh interpreters started on first need, one at a time; until one
+        is ready a check runs in the request's thread.
         ``backend="spark"`` counts on Spark (the ``spark`` extra): ``spark`` is a
         SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """

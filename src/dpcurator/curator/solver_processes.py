@@ -18,24 +18,33 @@ worker that has not answered by then is killed (and replaced on the next request
 overrun cannot hold a worker, and the request is answered ``Undecided`` with nothing
 charged. Closing the curator kills the workers.
 
-Workers start on first use, from a fork server that has imported the solver once (the
-server's own threads are never forked). At most ``workers`` run; the curator's solver
-pool (:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once
-and shares them fairly between analysts. Which requests wait or time out depends on the
+Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, started
+on first need, one at a time, in the background; until one is ready a check runs in the
+request's thread, as it would without workers (an interpreter takes a few tenths of a
+second to import the solver, more than a request should wait, and four started at once
+would take both cores from the requests they are meant to help). Not children made by
+:mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
+again, so a script's top-level code would run in every worker, and a script read from
+stdin could start none. At most ``workers`` run; the curator's solver pool
+(:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once and
+shares them fairly between analysts. Which requests wait or time out depends on the
 public requests and the server's load, never on the data.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import math
-import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
 from fractions import Fraction
 from multiprocessing.connection import Connection
-from typing import Any
 
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
@@ -55,25 +64,25 @@ POLL = 0.05
 #: milliseconds of vector operations, less than the trip to a worker).
 LOCAL_CELLS = 50_000
 
-_PRELOAD = ["dpcurator.curator.solver_processes"]
+#: Seconds a starting worker has to say it is ready before it is given up.
+START_TIMEOUT = 60.0
+
+_log = logging.getLogger(__name__)
+
+#: What a worker's interpreter runs: the parent's import path (a source checkout, a
+#: path added at run time), then the worker module.
+_BOOT = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "from dpcurator.curator.solver_worker import main; main()"
+)
 
 
-def _context() -> Any:
-    """A fork server (the parent's threads are never forked), or spawn where there is
-    none."""
-    try:
-        ctx = multiprocessing.get_context("forkserver")
-    except ValueError:
-        return multiprocessing.get_context("spawn")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
-
-
-def _serve(conn: Connection) -> None:
-    """A worker: compute what the pipe brings until it closes."""
+def serve(recv: Connection, send: Connection) -> None:
+    """A worker: say it is ready, then compute what the pipe brings until it closes."""
+    send.send(("ready", os.getpid()))
     while True:
         try:
-            job = conn.recv()
+            job = recv.recv()
         except (EOFError, OSError):
             return
         charges, within, time_limit, at_most, at, seconds = job
@@ -86,24 +95,44 @@ def _serve(conn: Connection) -> None:
         except Exception as err:
             reply = (False, err)
         try:
-            conn.send(reply)
+            send.send(reply)
         except (OSError, ValueError):
             return
 
 
 class _Worker:
-    def __init__(self, ctx: Any) -> None:
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child,), daemon=True, name="dpc-solver")
-        self.process.start()
-        child.close()
+    """One worker interpreter and the two ends of its pipes."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, json.dumps(sys.path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.send = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+        self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+        self.process.stdin.close()
+        self.process.stdout.close()
+
+    def ready(self, until: float, closed: threading.Event) -> bool:
+        """Whether it said it is ready before ``until`` (a point of the monotonic clock)."""
+        try:
+            while not self.recv.poll(POLL):
+                if closed.is_set() or time.monotonic() >= until:
+                    return False
+            return bool(self.recv.recv() == ("ready", self.process.pid))
+        except (EOFError, OSError):
+            return False
 
     def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            self.conn.close()
+        for conn in (self.send, self.recv):
+            with contextlib.suppress(Exception):
+                conn.close()
         with contextlib.suppress(Exception):
             self.process.kill()
-            self.process.join(1.0)
+            self.process.wait(1.0)
 
 
 class SolverProcesses:
@@ -115,54 +144,110 @@ class SolverProcesses:
         self.workers = workers
         #: grids of at most this many cells stay in the request's thread
         self.local_cells = LOCAL_CELLS
-        self._ctx = _context()
         self._free: list[_Worker] = []
         self._busy: set[_Worker] = set()
-        self._started = 0
-        self._closed = False
+        self._starting = False
+        self._wanted = 0  # workers asked for by :meth:`start`
+        self._failed = False  # a worker could not start: every check in its thread
+        self._closed = threading.Event()
         self._cond = threading.Condition()
 
-    def _take(self, deadline: Deadline) -> _Worker:
+    @property
+    def running(self) -> int:
+        """How many workers are ready (free or busy)."""
         with self._cond:
-            while not self._free and self._started >= self.workers:
-                if self._closed:
+            return len(self._free) + len(self._busy)
+
+    def start(self, timeout: float = START_TIMEOUT) -> int:
+        """Start every worker now and wait (at most ``timeout`` seconds) until they are
+        ready; how many are. For a server that wants its workers before its load, and
+        for tests."""
+        until = time.monotonic() + timeout
+        with self._cond:
+            self._wanted = self.workers
+            self._start_next()
+            while len(self._free) + len(self._busy) < self.workers and not (
+                self._failed or self._closed.is_set()
+            ):
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return len(self._free) + len(self._busy)
+
+    def _start_next(self) -> None:
+        """Start one more worker in the background, unless one is starting already, the
+        bound is reached, or workers cannot start here. Under ``self._cond``."""
+        if (
+            self._starting
+            or self._failed
+            or self._closed.is_set()
+            or len(self._free) + len(self._busy) >= self.workers
+        ):
+            return
+        self._starting = True
+        threading.Thread(target=self._start_one, name="dpc-solver-start", daemon=True).start()
+
+    def _start_one(self) -> None:
+        worker: _Worker | None = None
+        try:
+            worker = _Worker()
+            ok = worker.ready(time.monotonic() + START_TIMEOUT, self._closed)
+        except Exception:
+            ok = False
+        with self._cond:
+            self._starting = False
+            if ok and worker is not None and not self._closed.is_set():
+                self._free.append(worker)
+                if self._wanted > len(self._free) + len(self._busy):
+                    self._start_next()
+                worker = None
+            elif not self._closed.is_set():
+                self._failed = True
+                _log.warning(
+                    "a solver worker process could not start; exact checks run in the "
+                    "requests' threads"
+                )
+            self._cond.notify_all()
+        if worker is not None:
+            worker.kill()
+
+    def _take(self, deadline: Deadline) -> _Worker | None:
+        """A free worker; or None, to compute in this thread, while workers start (and
+        if none can)."""
+        with self._cond:
+            while True:
+                if self._closed.is_set():
                     raise Undecided("the curator is shutting down; nothing was charged")
+                if self._free:
+                    worker = self._free.pop()
+                    self._busy.add(worker)
+                    return worker
+                running = len(self._busy)
+                if running < self.workers and not self._failed:
+                    self._start_next()
+                    return None
+                if running == 0:
+                    return None
                 left = deadline.left()
                 if left <= 0:
                     raise deadline.error()
                 self._cond.wait(None if math.isinf(left) else left)
-            if self._closed:
-                raise Undecided("the curator is shutting down; nothing was charged")
-            if self._free:
-                worker = self._free.pop()
-                self._busy.add(worker)
-                return worker
-            self._started += 1
-        try:
-            worker = _Worker(self._ctx)
-        except BaseException:
-            self._lost(None)
-            raise
-        with self._cond:
-            self._busy.add(worker)
-        return worker
 
     def _give(self, worker: _Worker) -> None:
         with self._cond:
             self._busy.discard(worker)
-            if self._closed:
+            if self._closed.is_set():
                 worker.kill()
             else:
                 self._free.append(worker)
-            self._cond.notify()
+            self._cond.notify_all()
 
-    def _lost(self, worker: _Worker | None) -> None:
-        if worker is not None:
-            worker.kill()
+    def _lost(self, worker: _Worker) -> None:
+        worker.kill()
         with self._cond:
-            self._busy.discard(worker)  # type: ignore[arg-type]
-            self._started -= 1
-            self._cond.notify()
+            self._busy.discard(worker)
+            self._cond.notify_all()
 
     def max_loss(
         self,
@@ -179,12 +264,14 @@ class SolverProcesses:
             return quick
         deadline, stop = deadlines.current(), deadlines.stopper()
         worker = self._take(deadline)
+        if worker is None:  # workers are starting: as without them, in this thread
+            return max_loss(charges, within, time_limit=time_limit, at_most=at_most)
         done = False
         try:
-            worker.conn.send((charges, within, time_limit, at_most, deadline.at, deadline.seconds))
+            worker.send.send((charges, within, time_limit, at_most, deadline.at, deadline.seconds))
             wait = deadline.left() + GRACE if deadline.at != math.inf else time_limit + SLACK
             until = time.monotonic() + wait
-            while not worker.conn.poll(min(POLL, max(0.0, until - time.monotonic()))):
+            while not worker.recv.poll(min(POLL, max(0.0, until - time.monotonic()))):
                 if stop is not None and stop.is_set():
                     raise Undecided("the curator is shutting down; nothing was charged")
                 if time.monotonic() >= until:
@@ -192,7 +279,7 @@ class SolverProcesses:
                         f"the exact check did not finish within {wait:g} s; nothing was "
                         "charged"
                     )
-            ok, value = worker.conn.recv()
+            ok, value = worker.recv.recv()
             done = True
         except (EOFError, OSError, BrokenPipeError):
             raise Undecided(
@@ -210,7 +297,7 @@ class SolverProcesses:
     def close(self) -> None:
         """Kill every worker (computations in flight end as undecided)."""
         with self._cond:
-            self._closed = True
+            self._closed.set()
             every, self._free = [*self._free, *self._busy], []
             self._cond.notify_all()
         for w in every:
