@@ -12,7 +12,8 @@ maximum-overlap computation (NP-hard on such queries).
 Phase 1, flood: analysts A, B and C, four threads each, send ORs of random 3-attribute
 ``IN`` conjunctions on ``hard`` (within their rate limit: 4 requests a second each
 thread), and a batch of 2,000 such counts every few seconds; analyst V sends a trivial
-count on ``easy`` every 0.2 s, and an unauthenticated client a request every 0.1 s.
+count on ``easy`` every 0.2 s, and two unauthenticated clients a request every 0.1 s
+(one with a malformed token, one with a well-formed token whose key no one holds).
 
 Phase 2, a large ledger: ``--charges`` counts are charged in batches, then analyst A
 sends a batch of 600 counts while V counts and the unauthenticated client knocks.
@@ -173,21 +174,24 @@ def victims(
                 i += 1
                 time.sleep(0.2)
 
-    def stranger() -> None:
+    def stranger(token: str, key: str) -> None:
         with s.client(None) as c:
             while not stop.is_set():
-                t, code = timed(
-                    c, "GET", "/v1/budget", headers={"Authorization": "Bearer dpc_nobody.x"}
-                )
+                t, code = timed(c, "GET", "/v1/budget", headers={"Authorization": f"Bearer {token}"})
                 if code == 401:
-                    out["401"].append(t)
+                    out[key].append(t)
                 time.sleep(0.1)
 
-    return [threading.Thread(target=victim), threading.Thread(target=stranger)]
+    return [
+        threading.Thread(target=victim),
+        threading.Thread(target=stranger, args=("dpc_nobody.x", "401")),
+        # a token of the right form whose key no analyst holds: looked up in the ledger
+        threading.Thread(target=stranger, args=(f"dpc_{'0' * 16}_{'x' * 43}", "401 key")),
+    ]
 
 
 def phase_flood(s: Server, seconds: float) -> dict:
-    out: dict[str, list] = {"victim": [], "401": [], "hard": [], "codes": []}
+    out: dict[str, list] = {"victim": [], "401": [], "401 key": [], "hard": [], "codes": []}
     stop = threading.Event()
 
     def attacker(who: str, seed: int) -> None:
@@ -231,7 +235,7 @@ def phase_flood(s: Server, seconds: float) -> dict:
 
 def phase_batch(s: Server, charges: int) -> dict:
     fill(s, charges, 99, 0.01)  # levels admit them all: 20,000 x 0.01 < 1000
-    out: dict[str, list] = {"victim": [], "401": []}
+    out: dict[str, list] = {"victim": [], "401": [], "401 key": []}
     stop = threading.Event()
     threads = victims(s, stop, out)
     for t in threads:
@@ -290,12 +294,14 @@ def main() -> None:
         codes = Counter(f["codes"])
         print(f"{name}: flood ({args.seconds:g} s, 3 analysts x 4 threads, hard ORs and batches)")
         print(f"{'victim count':>34} | {stats(f['victim'])}  n={len(f['victim'])}")
-        print(f"{'unauthenticated 401':>34} | {stats(f['401'])}  n={len(f['401'])}")
+        print(f"{'401, malformed token':>34} | {stats(f['401'])}  n={len(f['401'])}")
+        print(f"{'401, unknown key':>34} | {stats(f['401 key'])}  n={len(f['401 key'])}")
         print(f"{'hard requests':>34} | {stats(f['hard'])}  {dict(sorted(codes.items()))}")
         print(f"{name}: a 600-count batch on a ledger of {args.charges} charges")
         print(f"{'the batch':>34} | {b['batch'][0]:8.3f} (status {b['batch'][1]})")
         print(f"{'victim count':>34} | {stats(b['victim'])}  n={len(b['victim'])}")
-        print(f"{'unauthenticated 401':>34} | {stats(b['401'])}  n={len(b['401'])}")
+        print(f"{'401, malformed token':>34} | {stats(b['401'])}  n={len(b['401'])}")
+        print(f"{'401, unknown key':>34} | {stats(b['401 key'])}  n={len(b['401 key'])}")
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()
 

@@ -220,6 +220,89 @@ with Curator.open(data=data, schema=schema, budget=PureDP(1.0), ledger=ledger) a
 """
 
 
+def points_within_budget(c: Curator) -> int:
+    """Every point's loss by brute force over the ledger's charges is within the budget
+    of 1; returns how many charges there are."""
+    charges = c._ledger.charges_after(0)
+    for a, b in itertools.product(range(8), range(4)):
+        spent = sum(
+            (r.cost for r in charges if c._charge_of(r).query.covers({"a": a, "b": b})),
+            Fraction(0),
+        )
+        assert spent <= 1
+    return len(charges)
+
+
+def test_a_request_decides_while_a_commit_holds_the_lock_and_waits_only_to_write(curator):
+    """While the ledger's lock is held (a commit being written), a request forks the
+    filter as it is and decides; it waits only for its own write."""
+    c = curator
+    forked = threading.Event()
+    real_fork = c._filter.fork
+
+    def fork() -> object:
+        forked.set()
+        return real_fork()
+
+    c._filter.fork = fork  # type: ignore[method-assign]
+    got: list[object] = []
+    with c._ledger.lock:  # as a group's transaction holds it
+        t = threading.Thread(target=lambda: got.append(c.count("a < 4", epsilon=0.5)))
+        t.start()
+        assert forked.wait(10)  # decided without the lock
+        time.sleep(0.2)
+        assert not got  # but not answered before it could write
+    t.join(10)
+    assert len(got) == 1 and points_within_budget(c) == 1
+
+
+def test_forks_older_than_the_ledger_never_overspend(files, tmp_path):
+    """Curator A decides on forks taken while its lock is held, so they miss what
+    curator B (another process's view of the same file) committed meanwhile; A's write
+    re-validates against those charges, and every point stays within the budget."""
+    data, schema = files
+    ledger = tmp_path / "shared.db"
+    a = Curator.open(data=data, schema=schema, budget=PureDP(1), ledger=ledger)
+    b = Curator.open(data=data, schema=schema, budget=PureDP(1), ledger=ledger)
+    try:
+        a.count("a < 8", epsilon=0.1)  # both know the table
+        hold, go = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with a._ledger.lock:
+                hold.set()
+                go.wait(30)
+
+        h = threading.Thread(target=holder)
+        h.start()
+        assert hold.wait(10)
+        answers: list[object] = []
+        refused: list[object] = []
+
+        def ask(text: str) -> None:
+            try:
+                answers.append(a.count(text, epsilon=0.5))
+            except BudgetExceeded as err:
+                refused.append(err)
+
+        asking = [threading.Thread(target=ask, args=(f"a < {k}",)) for k in (3, 5, 7)]
+        for t in asking:
+            t.start()
+        time.sleep(0.3)  # A's requests forked without B's charges
+        b.count("a < 8", epsilon=0.5)  # B fills the whole domain to 0.6 ...
+        b.count("a < 8", epsilon=0.3)  # ... then 0.9: none of A's 0.5 fits any more
+        go.set()
+        h.join(10)
+        for t in asking:
+            t.join(30)
+        assert not answers and len(refused) == 3
+        assert points_within_budget(a) == 3
+    finally:
+        a.close()
+        b.close()
+
+
+
 def test_kill_9_under_grouped_commits_every_returned_answer_is_charged(files, place):
     """Eight threads of one process charging in groups, killed with SIGKILL: every
     answer that left the process has its charge, on both stores."""

@@ -158,6 +158,105 @@ def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path)
         c.close()
 
 
+def test_a_late_worker_is_drained_and_serves_again(tmp_path):
+    """A request that gives up on its worker (here: stopped by SIGSTOP past the
+    deadline) is undecided at once, nothing charged; the worker is not killed: once it
+    runs again it stops at its own look at the deadline, its late reply is dropped, and
+    it serves the next request (no fresh interpreter to start)."""
+    c = hard_curator(tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True)
+    procs = c._processes
+    assert procs is not None and procs.start() == procs.workers
+    try:
+        pids = {w.process.pid for w in procs._free}
+        before = c._ledger.head[0]
+        got: list[object] = []
+
+        def ask() -> None:
+            try:
+                c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+                got.append("answered")
+            except Exception as err:  # what it raised is the assertion
+                got.append(err)
+
+        t = threading.Thread(target=ask)
+        t.start()
+        for _ in range(400):  # a worker took the search: stop them all (whichever it is)
+            with procs._cond:
+                if procs._busy:
+                    break
+            time.sleep(0.005)
+        else:
+            t.join()
+            pytest.skip("the request was decided without a worker")
+        time.sleep(0.1)  # the job read: stopped mid-search (a worker stopped before it
+        for pid in pids:  # has read its job is killed when the pipe is full: not here)
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            t.join(10)
+            assert not t.is_alive() and time.monotonic() - t0 < 3  # not held by them
+            if got == ["answered"]:
+                pytest.skip("the worker answered before it was stopped")
+            assert len(got) == 1 and isinstance(got[0], Undecided), got
+            assert c._ledger.head[0] == before
+            for _ in range(100):  # the pool's thread lets go of its worker just after
+                with procs._cond:
+                    if not procs._busy:
+                        break
+                time.sleep(0.02)
+            with procs._cond:
+                drained = {w.process.pid for w in procs._draining}
+            assert drained and drained <= pids
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        for _ in range(100):
+            with procs._cond:
+                if not procs._draining:
+                    break
+            time.sleep(0.05)
+        with procs._cond:
+            free = {w.process.pid for w in procs._free}
+            assert not procs._draining and drained <= free <= pids  # back, not replaced
+        assert all(w.process.poll() is None for w in procs._free)
+    finally:
+        c.close()
+
+
+def test_a_worker_that_never_reads_cannot_hold_a_request(tmp_path):
+    """Every worker stopped (SIGSTOP) before the request: its job is not read (a job
+    larger than the pipe cannot even be written) and no reply comes. The request is
+    undecided at its deadline, nothing charged, and the stopped worker is killed (at
+    once, or once it has not replied within DRAIN seconds)."""
+    c = hard_curator(tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True)
+    procs = c._processes
+    assert procs is not None and procs.start() == procs.workers
+    workers = list(procs._free)
+    try:
+        procs.local_cells = 0
+        for w in workers:
+            os.kill(w.process.pid, signal.SIGSTOP)
+        before = c._ledger.head[0]
+        t0 = time.monotonic()
+        with pytest.raises(Undecided):
+            c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+        assert time.monotonic() - t0 < 3
+        assert c._ledger.head[0] == before
+        for _ in range(100):
+            with procs._cond:
+                if not procs._draining and not procs._busy:
+                    break
+            time.sleep(0.05)
+        used = [w for w in workers if w not in procs._free]
+        assert used and all(w.process.poll() is not None for w in used)  # killed
+    finally:
+        for w in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.process.pid, signal.SIGCONT)
+        c.close()
+
+
 def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
     c = hard_curator(tmp_path, request_time_limit=3.0, solver_time_limit=3.0, solver_processes=True)
     procs = c._processes

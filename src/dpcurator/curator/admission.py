@@ -155,7 +155,9 @@ def revalidate(
     None if one of them may no longer fit (decide again on a new fork)."""
     every, mine = filt.added_since(version, analyst)
     every += sum((c.cost for c in earlier), Fraction(0))
-    mine += sum((c.cost for c in earlier if analyst is not None and c.analyst == analyst), Fraction(0))
+    mine += sum(
+        (c.cost for c in earlier if analyst is not None and c.analyst == analyst), Fraction(0)
+    )
     if all(
         d.spent + every + r.cost <= filt.budget
         and (quota is None or d.mine + mine + r.cost <= quota)
@@ -182,6 +184,23 @@ def revalidate(
             return None
         out.append(replace(d, spent=d.spent + every, level=d.level + every, mine=d.mine + mine))
     return out
+
+
+def _fork(ledger: Ledger, filt: OverlapFilter, sync: Callable[[], None]) -> OverlapFilter:
+    """A fork of ``filt`` to decide on: brought up to date with the ledger first when its
+    lock is free. When a commit is being written (the lock held, for as long as a large
+    batch takes to write and sync), the filter as it is: a fork older than the ledger is
+    still sound, since the write transaction re-validates the decision against every
+    charge committed after the fork's version (:func:`revalidate`), and a request need
+    not wait for another's disk."""
+    if ledger.lock.acquire(blocking=False):
+        try:
+            sync()
+            return filt.fork()
+        finally:
+            ledger.lock.release()
+    with filt.changing:
+        return filt.fork()
 
 
 def check_and_charge(
@@ -217,12 +236,10 @@ def check_and_charge(
     coverages = [ledger.coverage(coverage_json(r.query)) for r in batch]  # before the lock
     for _ in range(FORK_ATTEMPTS):
         deadlines.check()
-        with ledger.lock:
-            sync()
-            # as last read: the decision is re-validated with the quota read in the
-            # write transaction, which also refreshes this view for a next round
-            quota = quota_of(analyst, fresh=False)
-            fork = filt.fork()
+        # as last read: the decision is re-validated with the quota read in the write
+        # transaction, which also refreshes this view for a next round
+        quota = quota_of(analyst, fresh=False)
+        fork = _fork(ledger, filt, sync)
         version = fork.version
         done: list[Decision] = []
         # the bounds; then a short exact check in this thread (a threshold far from the

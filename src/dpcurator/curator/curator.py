@@ -190,9 +190,7 @@ class Estimate:
 _COUNTING_KINDS = ("count", "histogram", "marginal", "sum")
 
 
-class Curator(
-    StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests, RemainingRequests
-):
+class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests, RemainingRequests):
     """Answers counts, histograms, marginals, sums, means, variances, standard deviations,
     quantiles and (with a privacy unit) distinct units under one overlap-aware budget."""
 
@@ -476,8 +474,9 @@ class Curator(
     def _sync(self) -> None:
         """Read charges committed by other processes (or before a restart); call it with
         the ledger's lock held."""
-        for row in self._ledger.charges_after(self._filter.last_id):
-            self._filter.add(self._charge_of(row))
+        with self._filter.changing:
+            for row in self._ledger.charges_after(self._filter.last_id):
+                self._filter.add(self._charge_of(row))
 
     def _load_checkpoint(self) -> None:
         """Start the filter from the ledger's last checkpoint, if it opened at one."""
@@ -501,6 +500,11 @@ class Curator(
     def _charge_of(self, row: ChargeRow) -> Charge:
         q = query_of(self._schema(row.table), row.coverage, row.request)
         return Charge(row.id, row.table, row.analyst, q, row.cost, row.level)
+
+    def _known(self, analyst: str | None) -> None:
+        """Refuse an unknown analyst before anything else. The quota as last read (no
+        wait for a commit being written: the charge's transaction reads it again)."""
+        self._quota(analyst, fresh=False)
 
     def _quota(self, analyst: str | None, *, fresh: bool = True) -> Fraction | None:
         if analyst is None:
@@ -604,7 +608,7 @@ class Curator(
 
     def _release(self, p: Prepared, analyst: str | None) -> tuple[int, float, list[Answer]]:
         """Charge one prepared request, then count, add noise and record the answer."""
-        self._quota(analyst)  # an unknown analyst is an error before anything else
+        self._known(analyst)  # an unknown analyst is an error before anything else
         noise, half = self._noise(p.cost, p.sensitivity * self._k)  # every limit first
         noisy: list[int] = []
 
@@ -914,7 +918,7 @@ class Curator(
             kinds = ", ".join((*_COUNTING_KINDS, *STATISTICS, "units"))
             raise InvalidParameter(f"kind must be one of {kinds}, got {kind!r}")
         p = self._prepare(kind, args)
-        self._quota(_analyst)
+        self._known(_analyst)
         noise, half = self._noise(p.cost, p.sensitivity * self._k)
         d = self._decide(p.table, p.covered, p.cost.amount, _analyst)
         name, param = _describe(noise)
@@ -990,7 +994,7 @@ class Curator(
         qs = [requests.canonical_query(q, schema) for q in raw_queries]
         cur = self.budget.currency
         priced = [self.budget.cost(**{cur: c}) for c in raw_costs]
-        self._quota(_analyst)
+        self._known(_analyst)
         prepared: dict[Fraction, tuple[Any, int]] = {}
         for c in priced:  # every noise and its limits before the charge
             if c.param not in prepared:

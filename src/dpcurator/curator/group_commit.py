@@ -156,11 +156,12 @@ class GroupCommit:
                         e.outcome = err
                     return
                 # Committed: only now does the filter (and then each answer) see them.
-                for e, ids, got in written:
-                    for cid, r, d in zip(ids, e.batch, got, strict=True):
-                        filt.add(Charge(cid, e.table, e.analyst, r.query, r.cost, d.level))
-                    filt.learn(e.fork)
-                    e.outcome = list(zip(ids, got, strict=True))
+                with filt.changing:
+                    for e, ids, got in written:
+                        for cid, r, d in zip(ids, e.batch, got, strict=True):
+                            filt.add(Charge(cid, e.table, e.analyst, r.query, r.cost, d.level))
+                        filt.learn(e.fork)
+                        e.outcome = list(zip(ids, got, strict=True))
         finally:
             for e in group:
                 e.wake.set()  # the followers' results (the leader is not waiting)

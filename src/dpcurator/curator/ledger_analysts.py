@@ -95,7 +95,13 @@ class AnalystsChain:
     def quota(self, analyst: str, *, fresh: bool = True) -> Fraction | bool | None:
         """The analyst's quota; None for no quota; False if the analyst is unknown.
         ``fresh=False``: as this process last read it, when it knows the analyst (what
-        a decision to be re-validated needs: the write transaction reads it again)."""
+        a decision to be re-validated needs: the write transaction reads it again),
+        without waiting for the lock a commit being written holds (the view is replaced
+        whole, never changed in place)."""
+        if not fresh:
+            known = self._analysts.get(analyst)
+            if known is not None:
+                return known.quota
         with self._lock:
             if fresh or analyst not in self._analysts:
                 self._refresh_analysts()

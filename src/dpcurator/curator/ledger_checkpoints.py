@@ -191,8 +191,8 @@ class Checkpoints:
             seq = len(found) + 1
             fields = (seq, head[0], time.time(), head[1], before.plus(seg).text(),
                       cp.segment_hash(data))  # fmt: skip
-            prev_cp = cp.checkpoints_genesis(self._genesis) if last is None else bytes.fromhex(
-                last.hash
+            prev_cp = (
+                cp.checkpoints_genesis(self._genesis) if last is None else bytes.fromhex(last.hash)
             )
             h = cp.checkpoint_hash(prev_cp, fields).hex()
             rows.insert_checkpoint((*fields, h, data))

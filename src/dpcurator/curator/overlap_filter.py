@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -263,6 +264,11 @@ class OverlapFilter:
         #: What computes :func:`max_loss` for this filter and its forks (the curator may
         #: hand it to worker processes: :mod:`dpcurator.curator.solver_processes`).
         self.solve: Callable[..., Loss] = max_loss
+        #: Held by whoever adds charges to this filter (always under the ledger's lock
+        #: too) and by whoever forks it *without* the ledger's lock: a request that
+        #: finds a commit being written forks the filter as it is, rather than wait for
+        #: the commit (see :func:`dpcurator.curator.admission.check_and_charge`).
+        self.changing = threading.Lock()
 
     # --- state ------------------------------------------------------------------------
 
@@ -311,7 +317,11 @@ class OverlapFilter:
             ids = np.concatenate([p.ids for p in segs])
             if len(ids) != n:
                 raise ValueError(f"table {table}: {len(ids)} charges, the summary says {n}")
-            whos = [a for p in segs for a in (p.analysts[j] if j >= 0 else None for j in p.analyst.tolist())]
+            whos = [
+                a
+                for p in segs
+                for a in (p.analysts[j] if j >= 0 else None for j in p.analyst.tolist())
+            ]
             costs = [p.costs[j] for p in segs for j in p.cost.tolist()]
             levels = [v for p in segs for v in p.levels]
             covs = [c for p in segs for c in p.coverages]
@@ -677,7 +687,11 @@ class OverlapFilter:
                 top = Fraction(index.top_near(query))
             else:
                 mask = index._hull_mask(query)
-                top = Fraction(float(index.level[: index.n][mask].max())) if mask.any() else Fraction(0)
+                top = (
+                    Fraction(float(index.level[: index.n][mask].max()))
+                    if mask.any()
+                    else Fraction(0)
+                )
                 few = int(np.count_nonzero(mask)) <= QUICK_NEAR
             small = None
             if few and mask is not None:  # the charges near the query
@@ -735,8 +749,7 @@ def _level(text: str) -> Fraction:
 
 def _malformed(cid: int) -> LedgerError:
     return LedgerError(
-        f"the ledger's checkpoint holds charge {cid} malformed; restore the ledger from a "
-        "backup"
+        f"the ledger's checkpoint holds charge {cid} malformed; restore the ledger from a backup"
     )
 
 

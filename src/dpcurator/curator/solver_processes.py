@@ -13,17 +13,19 @@ region, the time limit, the threshold, and the request's deadline (a point of
 :func:`~dpcurator.curator.overlap_filter.max_loss` under that deadline
 (:mod:`dpcurator.deadlines`), so it stops at its next check once the deadline passes, and
 sends back the loss or the error. The requesting thread waits until the deadline plus
-:data:`GRACE` (or, without a deadline, the solver's time limit plus :data:`SLACK`); a
-worker that has not answered by then is killed (and replaced on the next request), so an
-overrun cannot hold a worker, and the request is answered ``Undecided`` with nothing
-charged. Closing the curator kills the workers.
+:data:`GRACE` (or, without a deadline, the solver's time limit plus :data:`SLACK`); then
+the request is answered ``Undecided`` with nothing charged. The late worker is not
+killed at once: on a busy machine it usually stops, at its own look at the deadline, a
+moment later; its reply is read and dropped and it serves again. One that has not
+replied within :data:`DRAIN` seconds is killed (and replaced on the next request), so an
+overrun cannot hold a worker. Closing the curator kills the workers.
 
 Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, started
-on first need, one at a time, in the background; until one is ready a check runs in the
-request's thread, as it would without workers (an interpreter takes a few tenths of a
-second to import the solver, more than a request should wait, and four started at once
-would take both cores from the requests they are meant to help). Not children made by
-:mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
+on first need, one at a time (an interpreter takes a few tenths of a second to import the
+solver; four started at once would take both cores from the requests they are meant to
+help). A request waits for a worker, within its deadline, rather than search in its own
+thread meanwhile: there the search would hold the interpreter lock for up to the
+solver's time limit. Not children made by :mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
 again, so a script's top-level code would run in every worker, and a script read from
 stdin could start none. At most ``workers`` run; the curator's solver pool
 (:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once and
@@ -38,6 +40,9 @@ import json
 import logging
 import math
 import os
+import pickle
+import select
+import struct
 import subprocess
 import sys
 import threading
@@ -64,6 +69,9 @@ POLL = 0.05
 #: milliseconds of vector operations, less than the trip to a worker).
 LOCAL_CELLS = 50_000
 
+#: Seconds a late worker (see :meth:`SolverProcesses._drain`) has to reply before it is
+#: killed.
+DRAIN = 2.0
 #: Seconds a starting worker has to say it is ready before it is given up.
 START_TIMEOUT = 60.0
 
@@ -77,12 +85,29 @@ _BOOT = (
 )
 
 
-def serve(recv: Connection, send: Connection) -> None:
-    """A worker: say it is ready, then compute what the pipe brings until it closes."""
+#: A job's frame on the pipe to a worker: its length, then the pickled job.
+_FRAME = struct.Struct("!Q")
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        got = os.read(fd, min(left, 1 << 20))
+        if not got:
+            raise EOFError
+        parts.append(got)
+        left -= len(got)
+    return b"".join(parts)
+
+
+def serve(jobs: int, send: Connection) -> None:
+    """A worker: say it is ready, then compute the jobs read from the file descriptor
+    ``jobs`` until it closes."""
     send.send(("ready", os.getpid()))
     while True:
         try:
-            job = recv.recv()
+            (n,) = _FRAME.unpack(_read_exactly(jobs, _FRAME.size))
+            job = pickle.loads(_read_exactly(jobs, n))
         except (EOFError, OSError):
             return
         charges, within, time_limit, at_most, at, seconds = job
@@ -111,7 +136,9 @@ class _Worker:
             close_fds=True,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.send = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+        #: where jobs are written, without blocking (see :meth:`give`)
+        self.jobs = os.dup(self.process.stdin.fileno())
+        os.set_blocking(self.jobs, False)
         self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
         self.process.stdin.close()
         self.process.stdout.close()
@@ -126,10 +153,28 @@ class _Worker:
         except (EOFError, OSError):
             return False
 
+    def give(self, job: object, until: float) -> bool:
+        """Write ``job`` to the worker; False if the pipe did not take all of it by
+        ``until`` (a point of the monotonic clock): a worker that stopped reading (hung,
+        stopped, swapped out) cannot hold a request past its deadline. A job half
+        written leaves the pipe unusable: the caller kills the worker."""
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_FRAME.pack(len(data)) + data)
+        while view:
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            _, writable, _ = select.select([], [self.jobs], [], min(left, POLL))
+            if writable:
+                with contextlib.suppress(BlockingIOError):
+                    view = view[os.write(self.jobs, view) :]
+        return True
+
     def kill(self) -> None:
-        for conn in (self.send, self.recv):
-            with contextlib.suppress(Exception):
-                conn.close()
+        with contextlib.suppress(Exception):
+            os.close(self.jobs)
+        with contextlib.suppress(Exception):
+            self.recv.close()
         with contextlib.suppress(Exception):
             self.process.kill()
             self.process.wait(1.0)
@@ -146,17 +191,22 @@ class SolverProcesses:
         self.local_cells = LOCAL_CELLS
         self._free: list[_Worker] = []
         self._busy: set[_Worker] = set()
+        self._draining: set[_Worker] = set()  # late: their reply is awaited, then discarded
         self._starting = False
         self._wanted = 0  # workers asked for by :meth:`start`
         self._failed = False  # a worker could not start: every check in its thread
         self._closed = threading.Event()
         self._cond = threading.Condition()
 
+    def _count(self) -> int:
+        """Workers ready, busy or draining. Under ``self._cond``."""
+        return len(self._free) + len(self._busy) + len(self._draining)
+
     @property
     def running(self) -> int:
         """How many workers are ready (free or busy)."""
         with self._cond:
-            return len(self._free) + len(self._busy)
+            return self._count()
 
     def start(self, timeout: float = START_TIMEOUT) -> int:
         """Start every worker now and wait (at most ``timeout`` seconds) until they are
@@ -166,24 +216,17 @@ class SolverProcesses:
         with self._cond:
             self._wanted = self.workers
             self._start_next()
-            while len(self._free) + len(self._busy) < self.workers and not (
-                self._failed or self._closed.is_set()
-            ):
+            while self._count() < self.workers and not (self._failed or self._closed.is_set()):
                 left = until - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            return len(self._free) + len(self._busy)
+            return self._count()
 
     def _start_next(self) -> None:
         """Start one more worker in the background, unless one is starting already, the
         bound is reached, or workers cannot start here. Under ``self._cond``."""
-        if (
-            self._starting
-            or self._failed
-            or self._closed.is_set()
-            or len(self._free) + len(self._busy) >= self.workers
-        ):
+        if self._starting or self._failed or self._closed.is_set() or self._count() >= self.workers:
             return
         self._starting = True
         threading.Thread(target=self._start_one, name="dpc-solver-start", daemon=True).start()
@@ -199,7 +242,7 @@ class SolverProcesses:
             self._starting = False
             if ok and worker is not None and not self._closed.is_set():
                 self._free.append(worker)
-                if self._wanted > len(self._free) + len(self._busy):
+                if self._wanted > self._count():
                     self._start_next()
                 worker = None
             elif not self._closed.is_set():
@@ -213,8 +256,11 @@ class SolverProcesses:
             worker.kill()
 
     def _take(self, deadline: Deadline) -> _Worker | None:
-        """A free worker; or None, to compute in this thread, while workers start (and
-        if none can)."""
+        """A free worker, waiting for one (started if the bound allows) until the
+        deadline; None only if workers cannot start here (compute in this thread).
+        Waiting is better than computing here meanwhile: a search in this thread would
+        hold the interpreter lock every other request needs for up to the solver's time
+        limit; a worker is ready in a few tenths of a second."""
         with self._cond:
             while True:
                 if self._closed.is_set():
@@ -223,12 +269,9 @@ class SolverProcesses:
                     worker = self._free.pop()
                     self._busy.add(worker)
                     return worker
-                running = len(self._busy)
-                if running < self.workers and not self._failed:
-                    self._start_next()
+                if self._failed and not self._busy and not self._draining:
                     return None
-                if running == 0:
-                    return None
+                self._start_next()
                 left = deadline.left()
                 if left <= 0:
                     raise deadline.error()
@@ -247,7 +290,36 @@ class SolverProcesses:
         worker.kill()
         with self._cond:
             self._busy.discard(worker)
+            self._draining.discard(worker)
             self._cond.notify_all()
+
+    def _drain(self, worker: _Worker) -> None:
+        """A worker whose request gave up on it (past the deadline and :data:`GRACE`):
+        it stops at its own next look at the deadline, usually a moment later on a busy
+        machine. Its reply is read and dropped, and it serves again; one that has not
+        replied within :data:`DRAIN` seconds, or died, is killed. A fresh worker costs a
+        few tenths of a second of both cores; waiting for this one costs nothing."""
+        with self._cond:
+            self._busy.discard(worker)
+            self._draining.add(worker)
+
+        def drain() -> None:
+            try:
+                late = worker.recv.poll(DRAIN) and worker.recv.recv() is not None
+            except (EOFError, OSError):
+                late = False
+            if not late:
+                self._lost(worker)
+                return
+            with self._cond:
+                self._draining.discard(worker)
+                if self._closed.is_set():
+                    worker.kill()
+                else:
+                    self._free.append(worker)
+                self._cond.notify_all()
+
+        threading.Thread(target=drain, name="dpc-solver-drain", daemon=True).start()
 
     def max_loss(
         self,
@@ -264,21 +336,26 @@ class SolverProcesses:
             return quick
         deadline, stop = deadlines.current(), deadlines.stopper()
         worker = self._take(deadline)
-        if worker is None:  # workers are starting: as without them, in this thread
+        if worker is None:  # no worker can start here: as without them, in this thread
             return max_loss(charges, within, time_limit=time_limit, at_most=at_most)
-        done = False
+        done = late = False
+        wait = deadline.left() + GRACE if deadline.at != math.inf else time_limit + SLACK
+        until = time.monotonic() + wait
+        overdue = (
+            deadline.error()
+            if deadline.at != math.inf
+            else Undecided(f"the exact check did not finish within {wait:g} s; nothing was charged")
+        )
         try:
-            worker.send.send((charges, within, time_limit, at_most, deadline.at, deadline.seconds))
-            wait = deadline.left() + GRACE if deadline.at != math.inf else time_limit + SLACK
-            until = time.monotonic() + wait
+            job = (charges, within, time_limit, at_most, deadline.at, deadline.seconds)
+            if not worker.give(job, until):
+                raise overdue  # the worker did not read it: killed below
             while not worker.recv.poll(min(POLL, max(0.0, until - time.monotonic()))):
                 if stop is not None and stop.is_set():
                     raise Undecided("the curator is shutting down; nothing was charged")
                 if time.monotonic() >= until:
-                    raise deadline.error() if deadline.at != math.inf else Undecided(
-                        f"the exact check did not finish within {wait:g} s; nothing was "
-                        "charged"
-                    )
+                    late = True
+                    raise overdue
             ok, value = worker.recv.recv()
             done = True
         except (EOFError, OSError, BrokenPipeError):
@@ -288,6 +365,8 @@ class SolverProcesses:
         finally:
             if done:
                 self._give(worker)
+            elif late:
+                self._drain(worker)
             else:
                 self._lost(worker)
         if ok:
@@ -298,7 +377,7 @@ class SolverProcesses:
         """Kill every worker (computations in flight end as undecided)."""
         with self._cond:
             self._closed.set()
-            every, self._free = [*self._free, *self._busy], []
+            every, self._free = [*self._free, *self._busy, *self._draining], []
             self._cond.notify_all()
         for w in every:
             w.kill()

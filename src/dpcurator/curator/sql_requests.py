@@ -133,7 +133,7 @@ class SqlRequests:
         interval (95% unless ``confidence=``). One charge of exactly the OPTIONS cost on
         the rows the WHERE clause covers, all or nothing. ``EXPLAIN SELECT ...`` answers
         what it would cost and each aggregate's expected error, charging nothing."""
-        self._quota(_analyst)  # type: ignore[attr-defined]  # an unknown analyst: refused first
+        self._known(_analyst)  # type: ignore[attr-defined]  # an unknown analyst: refused first
         plan = self._plan_sql(text)
         if plan.request.explain:
             return self._explain_sql(plan, _analyst)

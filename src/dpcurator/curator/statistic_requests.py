@@ -64,7 +64,7 @@ class StatisticRequests(StatisticCore):
         statistic at its planned cost in one committed transaction (a statistic line is
         one measurement on the points it reads), then one scan for the counts and one
         aggregate per statistic."""
-        self._quota(analyst)  # type: ignore[attr-defined]
+        self._known(analyst)  # type: ignore[attr-defined]
         schema = self._schema(table)  # type: ignore[attr-defined]
         cur = self.budget.currency
         if len(plan.queries) > self.limits.max_charges:

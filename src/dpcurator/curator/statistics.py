@@ -452,7 +452,7 @@ class StatisticCore:
     def _release_statistic(self, p: PreparedStatistic, analyst: str | None) -> StatisticAnswer:
         """Charge once on the covered points, then measure; the answer is recorded with
         the charge in one transaction."""
-        self._quota(analyst)  # type: ignore[attr-defined]
+        self._known(analyst)  # type: ignore[attr-defined]
         results: list[Statistic] = []
 
         def answers() -> list[object]:
@@ -484,7 +484,7 @@ class StatisticCore:
         paid = {k: args[k] for k in ("epsilon", "rho", "mu", "table") if k in args}
         asked = {k: v for k, v in args.items() if k not in paid}
         p = self._prepare_statistic(StatisticRequest.of(kind, asked), **paid)
-        self._quota(analyst)  # type: ignore[attr-defined]
+        self._known(analyst)  # type: ignore[attr-defined]
         d = self._decide(p.table, p.covered, p.cost.amount, analyst)  # type: ignore[attr-defined]
         common = {
             "kind": p.kind,

@@ -265,7 +265,7 @@ class TableIndex:
         lo, hi = self.lo[pos].copy(), self.hi[pos].copy()
         for p in query.predicates:
             j = self.names[p.attribute.name]
-            (qlo, qhi), = p.coverage
+            ((qlo, qhi),) = p.coverage
             np.maximum(lo[:, j], qlo, out=lo[:, j])
             np.minimum(hi[:, j], qhi, out=hi[:, j])
         empty = self.shape[pos] == EMPTY

@@ -129,7 +129,7 @@ class UnitRequests:
         point the condition covers, so that every unit's loss stays within the budget
         (see the module docstring); the answer's ``cost`` is that charge."""
         p = self._prepare_units(condition, epsilon=epsilon, rho=rho, mu=mu, table=table)
-        self._quota(_analyst)  # type: ignore[attr-defined]
+        self._known(_analyst)  # type: ignore[attr-defined]
         noise, half = self._noise(p.cost, 1)  # type: ignore[attr-defined]
         noisy: list[int] = []
 
@@ -169,7 +169,7 @@ class UnitRequests:
         except TypeError as err:  # an unknown or missing keyword
             raise InvalidParameter(f"units: {err}") from None
         p = self._prepare_units(**args)
-        self._quota(analyst)  # type: ignore[attr-defined]
+        self._known(analyst)  # type: ignore[attr-defined]
         noise, half = self._noise(p.cost, 1)  # type: ignore[attr-defined]
         d = self._decide(p.table, p.covered, p.charged, analyst)  # type: ignore[attr-defined]
         laplace = isinstance(noise, DiscreteLaplaceNoise)

@@ -175,7 +175,7 @@ class WorkloadRequests:
 
         sp = plan.strategy
         assert sp is not None
-        self._quota(analyst)
+        self._known(analyst)
         schema = self._schema(t)
         cur = self.budget.currency
         everywhere = Query(schema, (), "total")
