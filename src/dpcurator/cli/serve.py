@@ -12,7 +12,6 @@ URL`` (flushed), so that a script can read the port when ``--port 0`` picked a f
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import math
 import shlex
@@ -26,7 +25,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from dpcurator.cli import options
+from dpcurator.cli import options, serve_interpreter
 from dpcurator.curator.stores import is_url, location_of, target_of
 from dpcurator.errors import InvalidParameter
 
@@ -463,26 +462,6 @@ def _serve_until_stopped(server: Any, sock: socket.socket) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-#: Seconds a thread holds the interpreter lock before another waiting for it gets it
-#: (Python's default: 0.005). The server's threads are few and mostly waiting (on the
-#: disk, DuckDB, a solver worker); a request that wakes should not stand behind a
-#: thread parsing a batch of 2,000 queries for a whole default slice at each step. Under
-#: benchmarks/stall.py's flood this roughly halved the slowest trivial count and the
-#: slowest 401.
-SWITCH_INTERVAL = 0.001
-
-
-def _tune_interpreter() -> None:
-    """Shorter slices of the interpreter lock (:data:`SWITCH_INTERVAL`), and everything
-    loaded at start (modules, the filter rebuilt from the ledger) moved out of the cyclic
-    garbage collector's way (:func:`gc.freeze`): a full collection walks every tracked
-    object, and with the start-up heap in it one took 0.12-0.14 s, a stall of every
-    request in flight; without it, 0.04-0.06 s."""
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    gc.collect()
-    gc.freeze()
-
-
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -596,7 +575,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
         for line in _data_lines(curator):
             print(line)
-        _tune_interpreter()
+        serve_interpreter.tune()
         print(f"listening on {url}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(

@@ -186,14 +186,21 @@ def revalidate(
     return out
 
 
+#: Seconds within which a fork does not read the ledger again for other processes'
+#: charges (see :func:`_fork`).
+SYNC_EVERY = 0.05
+
+
 def _fork(ledger: Ledger, filt: OverlapFilter, sync: Callable[[], None]) -> OverlapFilter:
-    """A fork of ``filt`` to decide on: brought up to date with the ledger first when its
-    lock is free. When a commit is being written (the lock held, for as long as a large
-    batch takes to write and sync), the filter as it is: a fork older than the ledger is
-    still sound, since the write transaction re-validates the decision against every
-    charge committed after the fork's version (:func:`revalidate`), and a request need
-    not wait for another's disk."""
-    if ledger.lock.acquire(blocking=False):
+    """A fork of ``filt`` to decide on, brought up to date with the ledger first (what
+    other processes committed) when it was last so more than :data:`SYNC_EVERY` seconds
+    ago and the ledger's lock is free. Otherwise the filter as it is: a fork older than
+    the ledger is still sound, since the write transaction (which brings the filter up
+    to date) re-validates the decision against every charge committed after the fork's
+    version (:func:`revalidate`). So a request never waits for another's commit to be
+    written before deciding, and sixteen requests a few milliseconds apart do not each
+    read the ledger under the lock the next commit needs."""
+    if time.monotonic() - filt.synced_at > SYNC_EVERY and ledger.lock.acquire(blocking=False):
         try:
             sync()
             return filt.fork()

@@ -477,6 +477,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests, Re
         with self._filter.changing:
             for row in self._ledger.charges_after(self._filter.last_id):
                 self._filter.add(self._charge_of(row))
+            self._filter.synced_at = time.monotonic()
 
     def _load_checkpoint(self) -> None:
         """Start the filter from the ledger's last checkpoint, if it opened at one."""

@@ -269,6 +269,9 @@ class OverlapFilter:
         #: finds a commit being written forks the filter as it is, rather than wait for
         #: the commit (see :func:`dpcurator.curator.admission.check_and_charge`).
         self.changing = threading.Lock()
+        #: When (``time.monotonic()``) it was last brought up to date with its ledger:
+        #: forks taken soon after need not read the ledger again (see admission).
+        self.synced_at = -math.inf
 
     # --- state ------------------------------------------------------------------------
 

@@ -125,8 +125,11 @@ class RemainingRequests:
         (:meth:`OverlapFilter.quick_spent_on`, a few milliseconds whatever the history),
         exact where it settles, else a lower bound flagged ``exact`` False; never more
         than :meth:`remaining_detail` would report right after."""
-        with self._ledger.lock:
-            quota = self._quota(analyst)
+        # the quota as the charge's transaction just read it; the filter as it is (the
+        # charge is in it), forked without waiting for the ledger's lock, which the next
+        # group's commit may hold: this figure came after the answer's own commit
+        quota = self._quota(analyst, fresh=False)
+        with self._filter.changing:
             fork = self._filter.fork()
         done: dict[tuple, Remaining] = {}
         out = []
