@@ -24,8 +24,10 @@ Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, s
 on first need, one at a time (an interpreter takes a few tenths of a second to import the
 solver; four started at once would take both cores from the requests they are meant to
 help). A request waits for a worker, within its deadline, rather than search in its own
-thread meanwhile: there the search would hold the interpreter lock for up to the
-solver's time limit. Not children made by :mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
+thread: there the search would hold the interpreter lock for up to the solver's time
+limit (only while the first worker starts is a check run in the request's
+thread). They are not children made by
+:mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
 again, so a script's top-level code would run in every worker, and a script read from
 stdin could start none. At most ``workers`` run; the curator's solver pool
 (:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once and
@@ -199,12 +201,14 @@ class SolverProcesses:
         self._cond = threading.Condition()
 
     def _count(self) -> int:
-        """Workers ready, busy or draining. Under ``self._cond``."""
-        return len(self._free) + len(self._busy) + len(self._draining)
+        """Workers ready or busy. Under ``self._cond``. A worker draining a late reply
+        does not count: it holds no request, and must not keep one from a worker (at
+        most ``workers`` more processes exist while some drain)."""
+        return len(self._free) + len(self._busy)
 
     @property
     def running(self) -> int:
-        """How many workers are ready (free or busy)."""
+        """How many workers are running (free, busy, or draining a late reply)."""
         with self._cond:
             return self._count()
 
@@ -257,10 +261,11 @@ class SolverProcesses:
 
     def _take(self, deadline: Deadline) -> _Worker | None:
         """A free worker, waiting for one (started if the bound allows) until the
-        deadline; None only if workers cannot start here (compute in this thread).
-        Waiting is better than computing here meanwhile: a search in this thread would
-        hold the interpreter lock every other request needs for up to the solver's time
-        limit; a worker is ready in a few tenths of a second."""
+        deadline; None (compute in this thread) while the first worker starts, or if
+        workers cannot start here. Once one runs, waiting is better than computing here:
+        a search in this thread holds the interpreter lock every other request needs for
+        up to the solver's time limit, and the next worker is a few tenths of a second
+        away."""
         with self._cond:
             while True:
                 if self._closed.is_set():
@@ -272,6 +277,8 @@ class SolverProcesses:
                 if self._failed and not self._busy and not self._draining:
                     return None
                 self._start_next()
+                if not self._busy and not self._failed:
+                    return None  # the first worker is starting: this one in the thread
                 left = deadline.left()
                 if left <= 0:
                     raise deadline.error()
