@@ -9,6 +9,8 @@ See docs/design.md for the architecture and the mathematics. The pure packages a
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,10 +52,19 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dpcurator' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+def _lazy_exports(package: str, homes: dict[str, str]) -> Callable[[str], object]:
+    """A module ``__getattr__`` (PEP 562) for ``package`` that imports each public name
+    from its home module when first asked for, and keeps it."""
+
+    def __getattr__(name: str) -> object:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
+
+
+__getattr__ = _lazy_exports(__name__, _HOMES)

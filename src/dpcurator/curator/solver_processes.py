@@ -285,8 +285,10 @@ class SolverProcesses:
                 self._cond.wait(None if math.isinf(left) else left)
 
     def _give(self, worker: _Worker) -> None:
+        """Back to the free workers (from a request, or from draining)."""
         with self._cond:
             self._busy.discard(worker)
+            self._draining.discard(worker)
             if self._closed.is_set():
                 worker.kill()
             else:
@@ -315,16 +317,10 @@ class SolverProcesses:
                 late = worker.recv.poll(DRAIN) and worker.recv.recv() is not None
             except (EOFError, OSError):
                 late = False
-            if not late:
+            if late:
+                self._give(worker)
+            else:
                 self._lost(worker)
-                return
-            with self._cond:
-                self._draining.discard(worker)
-                if self._closed.is_set():
-                    worker.kill()
-                else:
-                    self._free.append(worker)
-                self._cond.notify_all()
 
         threading.Thread(target=drain, name="dpc-solver-drain", daemon=True).start()
 
