@@ -47,6 +47,7 @@ from dpcurator.curator.group_commit import Entry, GroupCommit
 from dpcurator.curator.ledger import Ledger, TransactionAborted
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 from dpcurator.curator.solver_pool import SolverPool
+from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import Undecided
 from dpcurator.queries import Query, Schema
@@ -265,10 +266,12 @@ def check_and_charge(
 
             pool.run(exact, analyst, deadline)
         if answers is not None and made is None:
-            made = answers()
+            with away():  # the backend counts without the interpreter lock
+                made = answers()
         entry = Entry(table, batch, done, analyst, version, fork, made, coverages)
         try:
-            got = commits.submit(entry)
+            with away():  # waiting for the group's commit, or writing it (see turns)
+                got = commits.submit(entry)
         except TransactionAborted as err:
             aborted = err  # nothing was written: decide again
             continue

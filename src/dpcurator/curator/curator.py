@@ -55,6 +55,7 @@ from dpcurator.curator.sql_requests import SqlRequests
 from dpcurator.curator.statistic_requests import SessionStatistics, StatisticRequests
 from dpcurator.curator.statistics import STATISTICS
 from dpcurator.curator.timing import timed as _timed
+from dpcurator.curator.turns import Turns
 from dpcurator.curator.unit_requests import SessionUnits, UnitRequests
 from dpcurator.curator.workload_requests import WorkloadRequests
 from dpcurator.deadlines import Deadline
@@ -226,6 +227,7 @@ class Curator(StatisticRequests, WorkloadRequests, UnitRequests, SqlRequests, Re
         # the exact checks' search, in worker processes (see solver_processes)
         self._processes = SolverProcesses(solver_threads) if solver_processes else None
         self._stopping = threading.Event()  # set by close(): requests in flight stop
+        self._turns = Turns()  # how many requests run Python at once (see turns)
         self._filter = OverlapFilter(budget.amount, budget.currency)
         if self._processes is not None:
             self._filter.solve = self._processes.max_loss

@@ -34,6 +34,9 @@ from dpcurator.curator.ledger import Coverage, Ledger
 from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 from dpcurator.errors import DpCuratorError, LedgerError
 
+#: Reads an analyst's quota (None: none); ``fresh`` reads the ledger, else the view
+#: as last read (see :meth:`Ledger.quota`).
+QuotaOf = Callable[..., Fraction | None]
 #: Re-validates one request of a group: (filter, version, table, batch, decisions,
 #: analyst, quota, the group's earlier charges) -> the decisions raised, or None.
 Revalidate = Callable[..., list[Decision] | None]
@@ -67,7 +70,7 @@ class GroupCommit:
         ledger: Ledger,
         filt: OverlapFilter,
         sync: Callable[[], None],
-        quota_of: Callable[[str | None], Fraction | None],
+        quota_of: QuotaOf,
         revalidate: Revalidate,
     ) -> None:
         self._ledger = ledger
@@ -120,7 +123,10 @@ class GroupCommit:
                         for e in group:
                             try:  # its own failure (an analyst just removed) is its own
                                 if e.analyst not in quotas:
-                                    quotas[e.analyst] = self._quota_of(e.analyst)
+                                    # the first read brings the quotas up to date; no one
+                                    # changes them while this transaction holds the lock
+                                    fresh = all(a is None for a in quotas)
+                                    quotas[e.analyst] = self._quota_of(e.analyst, fresh=fresh)
                                 got = self._revalidate(
                                     filt, e.version, e.table, e.batch, e.decisions,
                                     e.analyst, quotas[e.analyst], earlier,

@@ -26,6 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
 from dpcurator import deadlines
+from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import InvalidParameter, Undecided
 
@@ -62,6 +63,10 @@ class SolverPool:
         Raises :class:`~dpcurator.errors.Undecided` when no slot frees up before the
         deadline, or when the work has not finished by the deadline plus :data:`GRACE`.
         """
+        with away():  # waiting for a slot, then for the result, needs no turn
+            return self._run(work, analyst, deadline)
+
+    def _run(self, work: Callable[[], T], analyst: str | None, deadline: Deadline) -> T:
         held: list[threading.BoundedSemaphore] = []
         try:
             for sem in ((self._analyst_slot(analyst),) if analyst else ()) + (self._slots,):

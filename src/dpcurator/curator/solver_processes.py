@@ -56,6 +56,7 @@ from multiprocessing.connection import Connection
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
 from dpcurator.curator.table_index import Charge
+from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
 from dpcurator.errors import InvalidParameter, Undecided
 from dpcurator.queries import Query
@@ -338,9 +339,22 @@ class SolverProcesses:
         if quick is not None:
             return quick
         deadline, stop = deadlines.current(), deadlines.stopper()
-        worker = self._take(deadline)
+        with away():  # waiting for a worker needs no turn
+            worker = self._take(deadline)
         if worker is None:  # no worker can start here: as without them, in this thread
             return max_loss(charges, within, time_limit=time_limit, at_most=at_most)
+        with away():  # nor does waiting for its answer
+            return self._solve(worker, deadline, stop, (charges, within, time_limit, at_most))
+
+    def _solve(
+        self,
+        worker: _Worker,
+        deadline: Deadline,
+        stop: threading.Event | None,
+        task: tuple[list[Charge], Query | BooleanQuery | None, float, Fraction | None],
+    ) -> Loss:
+        """Hand ``task`` to ``worker`` and wait for its answer within ``deadline``."""
+        charges, within, time_limit, at_most = task
         done = late = False
         wait = deadline.left() + GRACE if deadline.at != math.inf else time_limit + SLACK
         until = time.monotonic() + wait
