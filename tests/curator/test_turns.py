@@ -21,6 +21,7 @@ from dpcurator import Curator
 from dpcurator.backends.duckdb_backend import DuckDBBackend
 from dpcurator.curator import turns
 from dpcurator.curator.turns import TURNS, Turns, away, holding
+from dpcurator.errors import InvalidParameter
 from dpcurator.privacy import PureDP
 
 
@@ -188,9 +189,11 @@ def test_a_failing_block_gives_its_turn_back():
     assert free(t) == 1 and not holding()
 
 
-@pytest.mark.parametrize("turns_, patience", [(0, 1.0), (1, 0.0), (2, -1.0), (1, float("nan"))])
+@pytest.mark.parametrize(
+    "turns_, patience", [(0, 1.0), (True, 1.0), (1.5, 1.0), (1, 0.0), (2, -1.0), (1, float("nan"))]
+)
 def test_bad_settings_are_refused(turns_, patience):
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidParameter):
         Turns(turns_, patience)
 
 

@@ -31,6 +31,8 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from dpcurator.errors import InvalidParameter
+
 #: How many requests run the curator's Python at once. The interpreter lock runs one
 #: at a time anyway; a second keeps the lock busy while the first lets it go briefly.
 TURNS = 2
@@ -44,8 +46,10 @@ class Turns:
     """Turns for the requests of one curator (see the module docstring)."""
 
     def __init__(self, turns: int = TURNS, patience: float = PATIENCE) -> None:
-        if turns < 1 or not patience > 0:
-            raise ValueError("turns must be at least 1 and patience positive")
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            raise InvalidParameter(f"turns must be an integer of at least 1, got {turns!r}")
+        if not patience > 0:
+            raise InvalidParameter(f"patience must be positive seconds, got {patience!r}")
         self.turns = turns
         self.patience = patience
         self._lock = threading.Lock()
