@@ -149,7 +149,14 @@ class Server:
     """A ``dpcurator serve`` subprocess; its stdout lines are read by a thread, its log
     (stderr) goes to a file."""
 
-    def __init__(self, args: Sequence[str], log: Path, *, nodelay: bool = False) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log: Path,
+        *,
+        nodelay: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -158,6 +165,7 @@ class Server:
             stderr=self._log,
             stdin=subprocess.DEVNULL,
             text=True,
+            env=env,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -211,8 +219,16 @@ class Server:
 
 
 def start_bench_server(
-    tmp: Path, data: Path, schema: Path, tag: str, *, nodelay: bool = False
+    tmp: Path,
+    data: Path,
+    schema: Path,
+    tag: str,
+    *,
+    nodelay: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[Server, Path]:
+    """A ``dpcurator serve`` of this benchmark's limits (``env``: the environment it runs
+    in, e.g. another source tree on PYTHONPATH), and its ledger."""
     config = tmp / "bench.toml"
     config.write_text("[server]\n" + "".join(f"{k} = {v}\n" for k, v in SERVER_LIMITS.items()))
     ledger = tmp / f"ledger-{tag}.db"
@@ -220,16 +236,16 @@ def start_bench_server(
         "--data", str(data), "--schema", str(schema), "--epsilon", str(BIG),
         "--ledger", str(ledger), "--config", str(config), "--host", "127.0.0.1", "--port", "0",
     ]  # fmt: skip
-    return Server(args, tmp / f"server-{tag}.log", nodelay=nodelay), ledger
+    return Server(args, tmp / f"server-{tag}.log", nodelay=nodelay, env=env), ledger
 
 
-def add_analysts(url: str, ledger: Path, n: int) -> list[str]:
+def add_analysts(url: str, ledger: Path, n: int, env: dict[str, str] | None = None) -> list[str]:
     """One administrator with ``dpcurator analysts add --admin``, then ``n`` analysts
     through ``POST /v1/admin/analysts``; their tokens."""
     out = subprocess.run(
         [*_command(), "analysts", "add", "bench-admin", "--ledger", str(ledger), "--admin",
          "--json"],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, env=env,
     )  # fmt: skip
     admin = json.loads(out.stdout.strip().splitlines()[-1])["token"]
     tokens = []
