@@ -120,18 +120,78 @@ def test_dense_and_fallback_paths_are_both_used(loaded):
     assert want[4] == len(frame) and want[5] == 0
 
 
-def test_few_queries_of_an_attribute_set_skip_the_dense_scan(loaded):
+def test_few_queries_of_an_attribute_set_skip_the_dense_scan():
     """A lone count is one filtered scan, not a GROUP BY of its attributes' grid; a set
-    asked by many queries is still counted densely. Same numbers either way."""
-    backend, frame = loaded
+    asked by many queries is counted densely, and its array kept for later counts.
+    Same numbers either way."""
+    frame = random_frame(np.random.default_rng(8), 2_000)
+    backend = load_table(frame, SCHEMA)
     few = [parse_query("a BETWEEN 0 AND 3 AND b IN ('x', 'w')", SCHEMA)]
     many = [parse_query(f"c >= 'mid' AND a = {i}", SCHEMA) for i in range(-3, 7)]
-    for qs, dense_calls in ((few, 0), (many, 1), (few + many, 1)):
+    # few: scanned; many: one GROUP BY, kept; both: `many` from the kept array, `few`
+    # (asked twice so far) scanned again.
+    for qs, dense_calls in ((few, 0), (many, 1), (few + many, 0)):
         with mock.patch.object(
             DuckDBBackend, "_dense_arrays", autospec=True, side_effect=DuckDBBackend._dense_arrays
         ) as dense:
             assert backend.counts(qs).tolist() == [brute(frame, q) for q in qs]
         assert dense.call_count == dense_calls
+    backend.close()
+
+
+def _statements(backend: DuckDBBackend, qs: list[Query]) -> tuple[list[int], int, int]:
+    """Counts of ``qs`` one call each, with the GROUP BY and FILTER statements run."""
+    with (
+        mock.patch.object(
+            DuckDBBackend, "_dense_arrays", autospec=True, side_effect=DuckDBBackend._dense_arrays
+        ) as dense,
+        mock.patch.object(
+            DuckDBBackend, "_filter_counts", autospec=True, side_effect=DuckDBBackend._filter_counts
+        ) as scans,
+    ):
+        got = [int(backend.counts([q])[0]) for q in qs]
+    return got, dense.call_count, scans.call_count
+
+
+def test_an_often_asked_attribute_set_is_counted_from_its_kept_marginal():
+    """Ski rental: the first FEW_QUERIES lone counts of a set are scans, the next builds
+    its marginal (one GROUP BY) and every later count needs no statement at all."""
+    frame = random_frame(np.random.default_rng(9), 2_000)
+    backend = load_table(frame, SCHEMA)
+    rng = np.random.default_rng(10)
+    qs = []
+    for _ in range(40):
+        lo, hi = sorted(int(v) for v in rng.integers(-3, 7, 2))
+        qs.append(parse_query(f"a BETWEEN {lo} AND {hi} AND b != 'y' AND c <= 'mid'", SCHEMA))
+    first = duckdb_backend.FEW_QUERIES
+    got, dense, scans = _statements(backend, qs[:first])
+    assert (dense, scans) == (0, first)
+    got2, dense, scans = _statements(backend, qs[first:])
+    assert (dense, scans) == (1, 0)
+    assert got + got2 == [brute(frame, q) for q in qs]
+    assert backend._marginals.kept == ((0, 1, 2),)
+    backend.close()
+
+
+def test_a_borrowed_connections_table_is_never_cached(tmp_path):
+    """On a connection the caller owns, the table may change between counts: every
+    count scans it as it is now."""
+    import duckdb
+
+    con = duckdb.connect()
+    frame = random_frame(np.random.default_rng(11), 500)
+    backend = load_table(frame, SCHEMA, connection=con)
+    q = parse_query("a BETWEEN 0 AND 3", SCHEMA)
+    for _ in range(2 * duckdb_backend.FEW_QUERIES):
+        assert int(backend.counts([q])[0]) == brute(frame, q)
+    con.execute(f"DELETE FROM {backend.table} WHERE rowid % 2 = 0")
+    left = int(
+        con.execute(f"SELECT count(*) FROM {backend.table} WHERE c0 BETWEEN 3 AND 6").fetchone()[0]
+    )
+    assert int(backend.counts([q])[0]) == left < brute(frame, q)
+    assert backend._marginals.kept == ()
+    backend.close()
+    con.close()
 
 
 def test_fallback_chunks(loaded):

@@ -111,8 +111,14 @@ def indicator_counts(dense: np.ndarray, coverages: Sequence[Sequence[IntervalSet
     return out
 
 
-def contract(dense: np.ndarray, coverages: Sequence[Sequence[IntervalSet]]) -> np.ndarray:
-    """Counts of the queries (per-attribute coverages, in ``dense``'s axis order)."""
+def contract(
+    dense: np.ndarray,
+    coverages: Sequence[Sequence[IntervalSet]],
+    *,
+    psum: np.ndarray | None = None,
+) -> np.ndarray:
+    """Counts of the queries (per-attribute coverages, in ``dense``'s axis order);
+    ``psum``: ``dense``'s summed-area table if already made."""
     n = len(coverages)
     m = dense.ndim
     cells = dense.size
@@ -124,7 +130,8 @@ def contract(dense: np.ndarray, coverages: Sequence[Sequence[IntervalSet]]) -> n
         (by_box if boxes << m <= max(64, cells // 4) else by_ind).append(qi)
     out = np.zeros(n, dtype=np.int64)
     if by_box:
-        out[by_box] = box_counts(prefix_sums(dense), [coverages[i] for i in by_box])
+        table = prefix_sums(dense) if psum is None else psum
+        out[by_box] = box_counts(table, [coverages[i] for i in by_box])
     if by_ind:
         out[by_ind] = indicator_counts(dense, [coverages[i] for i in by_ind])
     return out

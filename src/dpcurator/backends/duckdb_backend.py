@@ -5,7 +5,9 @@ column per attribute (the value's position in its domain). Counting pushes predi
 down to SQL with ``?`` parameters; a batch of queries is answered from one scan that
 builds dense contingency arrays with ``GROUP BY GROUPING SETS``, contracted with the
 queries in numpy (see :mod:`dpcurator.backends._contract`). Queries on attribute sets
-too large for a dense array fall back to batched ``count(*) FILTER (WHERE ...)``.
+too large for a dense array fall back to batched ``count(*) FILTER (WHERE ...)``. The
+arrays of attribute sets asked often are kept (:mod:`dpcurator.backends.marginal_cache`),
+so that later counts on them need no scan.
 
 The backend never adds noise, never sees a budget and never returns rows.
 """
@@ -37,6 +39,7 @@ from dpcurator.backends._validation import (
 )
 from dpcurator.backends.duckdb_grouped import grouped_sql
 from dpcurator.backends.duckdb_load import Loader, code_column
+from dpcurator.backends.marginal_cache import CACHE_CELLS, MarginalCache
 from dpcurator.backends.unit_rows import UNIT_COLUMN
 from dpcurator.errors import (
     DpCuratorError,
@@ -96,6 +99,11 @@ class DuckDBBackend:
         self._idle: list[duckdb.DuckDBPyConnection] = []
         self._columns = [code_column(i) for i in range(len(schema))]
         self._checker = QueryChecker(schema)
+        # Marginals of often-asked attribute sets; only on our own connection, whose
+        # table nobody else writes (a borrowed connection's table may change under us).
+        self._marginals = MarginalCache(
+            cells=CACHE_CELLS if owns_connection else 0, after=FEW_QUERIES
+        )
 
     # ------------------------------------------------------------------ loading
 
@@ -195,7 +203,9 @@ class DuckDBBackend:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection holding the table (counts use cursors of it)."""
+        """The DuckDB connection holding the table (counts use cursors of it). Read the
+        table through it, never write it: counts kept from its marginals would not see
+        the change (a table you own goes on a connection you pass to :meth:`load`)."""
         if self._con is None:
             raise InvalidParameter("the backend is closed")
         return self._con
@@ -267,15 +277,22 @@ class DuckDBBackend:
             members[1].append(tuple(c for _, c in preds))
         dense_keys = []
         sparse_keys = []
-        for key, (members, _) in groups.items():
-            if len(members) > FEW_QUERIES and math.prod(attrs[j].size for j in key) <= DENSE_LIMIT:
+        for key, (members, covs) in groups.items():
+            cells = math.prod(attrs[j].size for j in key)
+            kept = self._marginals.get(key) if cells <= DENSE_LIMIT else None
+            if kept is not None:
+                out[members] = kept.counts(covs)
+            elif cells <= DENSE_LIMIT and (
+                len(members) > FEW_QUERIES or self._marginals.due(key, len(members), cells)
+            ):
                 dense_keys.append(key)
             else:
                 sparse_keys.append(key)
         for batch in self._batches(dense_keys):
             for key, dense in self._dense_arrays(con, batch):
                 idx, covs = groups[key]
-                out[idx] = contract(dense, covs)
+                kept = self._marginals.keep(key, dense)
+                out[idx] = contract(dense, covs) if kept is None else kept.counts(covs)
         for key in sparse_keys:
             idx, covs = groups[key]
             out[idx] = self._filter_counts(con, key, covs)
@@ -540,7 +557,10 @@ class DuckDBBackend:
             return _grouping.GroupedCounts(
                 zero,
                 tuple(zero.copy() for _ in conditions),
-                tuple(_grouping.moments(m.plan, cells, empty, [], [], [] if m.squares else None) for m in parts),
+                tuple(
+                    _grouping.moments(m.plan, cells, empty, [], [], [] if m.squares else None)
+                    for m in parts
+                ),
                 {n: (empty, empty, empty) for n in names},
             )
         keys = [self._columns[j] for j in g.indices]
@@ -559,7 +579,11 @@ class DuckDBBackend:
                 ).fetchnumpy()
                 per_code.append((list(got), got, at))
         k = len(keys)
-        cell = g.cell_of([np.array([r[i] for r in res], np.int64) for i in range(k)]) if k else np.zeros(len(res), np.int64)
+        cell = (
+            g.cell_of([np.array([r[i] for r in res], np.int64) for i in range(k)])
+            if k
+            else np.zeros(len(res), np.int64)
+        )
         values = [r[k:] for r in res]
         return _grouping.grouped_result(g, cells, cell, values, conditions, parts, names, per_code)
 
