@@ -219,3 +219,52 @@ def test_quota_set_by_the_cli_holds_over_http(server: Server) -> None:
         ok = h.post("/v1/count", json={"query": "age >= 30", "epsilon": 0.06})
         assert ok.status_code == 200, ok.text
     assert server.charges() == before + 2
+
+
+class _Untouchable:
+    """A ledger and a rate limit that must not be asked anything."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"asked for {name}")
+
+
+def _request(ledger: object, rate: object) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(ledger=ledger, rate=rate)))
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "Bearer dpc_nobody.x",
+     f"Bearer dpc_{'0' * 16}_{'x' * 42}", f"Bearer dpc_{'G' * 16}_{'x' * 43}",
+     f"Token dpc_{'0' * 16}_{'x' * 43}"],
+)  # fmt: skip
+def test_a_malformed_token_is_refused_in_the_event_loop(header: str | None) -> None:
+    """No thread, no ledger, no rate: what the request sent is enough for its 401."""
+    import asyncio
+
+    from dpcurator.service.app import ServiceError, caller
+
+    with pytest.raises(ServiceError) as err:
+        asyncio.run(caller(_request(_Untouchable(), _Untouchable()), header))  # type: ignore[arg-type]
+    assert err.value.reason == "unauthorized"
+
+
+def test_a_well_formed_token_is_looked_up_in_a_worker_thread() -> None:
+    import asyncio
+    import threading
+
+    from dpcurator.service.app import ServiceError, caller
+
+    asked: list[tuple[str, bool]] = []
+
+    class Ledger:
+        def authenticate(self, token: str) -> None:
+            asked.append((token, threading.current_thread() is threading.main_thread()))
+
+    token = f"dpc_{'0' * 16}_{'x' * 43}"
+    with pytest.raises(ServiceError) as err:
+        asyncio.run(caller(_request(Ledger(), _Untouchable()), f"bearer   {token} "))  # type: ignore[arg-type]
+    assert err.value.reason == "unauthorized"
+    assert asked == [(token, False)]
