@@ -279,12 +279,12 @@ class DuckDBBackend:
         sparse_keys = []
         for key, (members, covs) in groups.items():
             cells = math.prod(attrs[j].size for j in key)
-            kept = self._marginals.get(key) if cells <= DENSE_LIMIT else None
+            kept = None if cells > DENSE_LIMIT else self._marginals.get(key)
             if kept is not None:
                 out[members] = kept.counts(covs)
-            elif cells <= DENSE_LIMIT and (
-                len(members) > FEW_QUERIES or self._marginals.due(key, len(members), cells)
-            ):
+            elif cells > DENSE_LIMIT:
+                sparse_keys.append(key)
+            elif len(members) > FEW_QUERIES or self._marginals.due(key, len(members), cells):
                 dense_keys.append(key)
             else:
                 sparse_keys.append(key)
