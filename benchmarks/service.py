@@ -226,11 +226,14 @@ def start_bench_server(
     *,
     nodelay: bool = False,
     env: dict[str, str] | None = None,
+    workers: int = 1,
 ) -> tuple[Server, Path]:
     """A ``dpcurator serve`` of this benchmark's limits (``env``: the environment it runs
-    in, e.g. another source tree on PYTHONPATH), and its ledger."""
-    config = tmp / "bench.toml"
-    config.write_text("[server]\n" + "".join(f"{k} = {v}\n" for k, v in SERVER_LIMITS.items()))
+    in, e.g. another source tree on PYTHONPATH; ``workers``: its processes), and its
+    ledger."""
+    config = tmp / f"bench-{tag}.toml"
+    limits = dict(SERVER_LIMITS, **({"workers": workers} if workers > 1 else {}))
+    config.write_text("[server]\n" + "".join(f"{k} = {v}\n" for k, v in limits.items()))
     ledger = tmp / f"ledger-{tag}.db"
     args = [
         "--data", str(data), "--schema", str(schema), "--epsilon", str(BIG),

@@ -1,7 +1,7 @@
 """Throughput of a real server under varied counts: 16 analysts sending random boxes.
 
     .venv/bin/python benchmarks/throughput_mix.py [--rows 100000] [--clients 16]
-        [--seconds 20] [--slices 4] [--before TREE]
+        [--seconds 20] [--slices 4] [--before TREE] [--workers N [N ...]]
 
 A ``dpcurator serve`` subprocess on 127.0.0.1 (the same server, data shape and limits
 as ``benchmarks/service.py``: budget 10^9, the rate limit lifted), ``--clients``
@@ -17,6 +17,10 @@ subprocess per tree.
 the same run: its server runs beside this one's (idle while the other is measured) and
 every slice alternates between the trees, because this kind of machine's speed drifts
 by tens of percent within minutes.
+
+``--workers 1 2``: the server measured with each number of worker processes
+(``[server] workers``), side by side in the same run (every slice alternates between
+them); the server's peak memory is then the sum of the supervisor's and its workers'.
 
 Printed: answered counts per second, p50 and p95 latency, errors, the server's peak
 resident memory, and (with ``--before``) the ratios. Nothing asserts a time.
@@ -52,10 +56,23 @@ def _box(rng: random.Random) -> str:
 
 
 def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """The peak resident memory of ``pid`` and, for a server with workers, of each of
+    its workers (their solver processes left out), summed."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    workers = [int(c) for c in children if b"dpcurator.cli" in _cmdline(int(c))]
+    total = 0.0
+    for p in (pid, *workers):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -103,7 +120,7 @@ def _row(name: str, runs: list[Run]) -> tuple[str, float]:
     rate = done / secs
     p95 = lat[int(0.95 * (len(lat) - 1))] * 1000
     errors = sum(r[2] for r in runs)
-    line = f"{name:30} {rate:9.1f} {statistics.median(lat) * 1000:8.1f} {p95:8.1f} {errors:7d}"
+    line = f"{name:38} {rate:9.1f} {statistics.median(lat) * 1000:8.1f} {p95:8.1f} {errors:7d}"
     return line, rate
 
 
@@ -114,10 +131,20 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--slices", type=int, default=4)
     ap.add_argument("--before", type=Path, help="another source tree, measured in the same run")
+    ap.add_argument(
+        "--workers", type=int, nargs="+", default=[1], metavar="N",
+        help="measure the server with each of these numbers of worker processes",
+    )  # fmt: skip
     args = ap.parse_args()
     trees = [("after" if args.before else "this tree", ROOT)]
     if args.before:
         trees.append(("before", args.before.resolve()))
+    shown_workers = args.workers != [1]
+    servers_of = [
+        (f"{label}, {n} worker{'s' * (n > 1)}" if shown_workers else label, tree, n)
+        for label, tree in trees
+        for n in args.workers
+    ]
     got: dict[tuple[str, str], list[Run]] = {}
     rss: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as t:
@@ -128,9 +155,9 @@ def main() -> None:
         servers = []
         try:
             mixes = {}
-            for label, tree in trees:
+            for label, tree, n in servers_of:
                 server, ledger = service.start_bench_server(
-                    tmp, data, schema, f"mix-{len(servers)}", env=_env(tree)
+                    tmp, data, schema, f"mix-{len(servers)}", env=_env(tree), workers=n
                 )
                 servers.append(server)
                 url = server.wait_ready()
@@ -145,11 +172,11 @@ def main() -> None:
                     ],
                 }
             for _ in range(args.slices):
-                for label, _tree in trees:
+                for label, _tree, _n in servers_of:
                     for name, workers in mixes[label].items():
                         run = service.concurrent(workers, args.seconds / args.slices)
                         got.setdefault((label, name), []).append(run)
-            for (label, _tree), server in zip(trees, servers, strict=True):
+            for (label, _tree, _n), server in zip(servers_of, servers, strict=True):
                 rss[label] = _peak_rss_mb(server.proc.pid)
         finally:
             for server in servers:
@@ -160,23 +187,42 @@ def main() -> None:
                 got.setdefault((label, "engine"), []).append(run)
     print(f"\n{args.rows:,} rows, {args.clients} clients, {args.seconds:g} s of each mix, "
           f"{args.slices} alternating slices")  # fmt: skip
-    print(f"{'tree: mix':30} {'counts/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'errors':>7}")
+    print(f"{'tree: mix':38} {'counts/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'errors':>7}")
     rates: dict[tuple[str, str], float] = {}
     for label, _tree in trees:
-        for name in ("repeated", "varied", "engine"):
-            shown = "varied, in process" if name == "engine" else f"{name}, HTTP"
-            line, rates[label, name] = _row(f"{label}: {shown}", got[label, name])
+        line, rates[label, "engine"] = _row(f"{label}: varied, in process", got[label, "engine"])
+        print(line)
+    for label, tree, _n in servers_of:
+        for name in ("repeated", "varied"):
+            line, rates[label, name] = _row(f"{label}: {name}, HTTP", got[label, name])
             print(line)
+        engine = next(t for t in trees if t[1] == tree)[0]
         print(
             f"{label}: varied / repeated {rates[label, 'varied'] / rates[label, 'repeated']:.2f}x"
-            f", HTTP / in process {rates[label, 'varied'] / rates[label, 'engine']:.2f}x; "
+            f", HTTP / in process {rates[label, 'varied'] / rates[engine, 'engine']:.2f}x; "
             f"server peak RSS {rss[label]:.0f} MB"
         )
     if args.before:
-        print("after / before: " + ", ".join(
-            f"{name} {rates['after', name] / rates['before', name]:.2f}x"
-            for name in ("repeated", "varied", "engine")
-        ))  # fmt: skip
+        print(
+            "after / before, in process: "
+            f"{rates['after', 'engine'] / rates['before', 'engine']:.2f}x"
+        )
+        for n in args.workers:
+            a, b = (
+                next(s[0] for s in servers_of if s[0].startswith(t) and s[2] == n)
+                for t in ("after", "before")
+            )
+            print(f"after / before, {n} worker{'s' * (n > 1)}: " + ", ".join(
+                f"{name} {rates[a, name] / rates[b, name]:.2f}x" for name in ("repeated", "varied")
+            ))  # fmt: skip
+    if len(args.workers) > 1:
+        for label, _tree in trees:
+            one = next(s[0] for s in servers_of if s[0].startswith(label))
+            for other, _t, n in servers_of:
+                if other.startswith(label) and other != one:
+                    print(f"{label}: {n} workers / {args.workers[0]}: varied "
+                          f"{rates[other, 'varied'] / rates[one, 'varied']:.2f}x, repeated "
+                          f"{rates[other, 'repeated'] / rates[one, 'repeated']:.2f}x")  # fmt: skip
 
 
 def _engine_main(argv: list[str]) -> None:

@@ -4,8 +4,8 @@ database, taken atomically, refilled by the database's clock.
 Two servers on one ledger, an analyst allowed a burst of 6 at a slow refill: whichever
 replicas her requests reach, 6 are served and the next ones are 429 with Retry-After;
 another analyst's bucket is her own. In process, 8 threads over two limiters (two
-"replicas") take exactly the burst; refill follows the rate. A ledger file keeps each
-server's own bucket, and asking it for a shared one is refused in one line."""
+"replicas") take exactly the burst; refill follows the rate. (Buckets shared beside a
+ledger file: test_file_rate_limit.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import time
 import pytest
 
 from dpcurator.curator.ledger import Ledger
-from dpcurator.errors import InvalidParameter
 from dpcurator.service.limits import Limits, RateLimiter, SharedRateLimiter, rate_limiter
 
 from .conftest import running, start_server, write_people
@@ -64,19 +63,6 @@ def test_two_limiters_on_one_ledger_take_exactly_the_burst(tmp_path, postgres_st
         ledger.close()
 
 
-def test_a_ledger_file_keeps_each_servers_bucket(tmp_path):
-    ledger = _open(str(tmp_path / "l.db"))
-    try:
-        assert type(rate_limiter(Limits(), ledger)) is RateLimiter
-        assert type(rate_limiter(Limits(rate_scope="server"), ledger)) is RateLimiter
-        with pytest.raises(InvalidParameter, match="shared rate limit needs"):
-            rate_limiter(Limits(rate_scope="shared"), ledger)
-        with pytest.raises(InvalidParameter, match="rate_scope"):
-            rate_limiter(Limits(rate_scope="everywhere"), ledger)
-    finally:
-        ledger.close()
-
-
 def test_two_replicas_share_an_analysts_bucket(tmp_path, postgres_stores):
     """Two `dpcurator serve` on one PostgreSQL ledger, burst 4 and a slow refill: ann's
     requests, spread over both, are served 4 times in all; then each replica answers 429
@@ -104,19 +90,6 @@ def test_two_replicas_share_an_analysts_bucket(tmp_path, postgres_stores):
                 assert h.get("/v1/schema").status_code == 200
         finally:
             r1.stop()
-
-
-def test_shared_scope_on_a_ledger_file_is_refused_in_one_line(tmp_path):
-    data = write_people(tmp_path)
-    config = '[server]\nrate_limit_scope = "shared"\n'
-    with pytest.raises(RuntimeError) as e:
-        start_server(tmp_path, data=data, config=config)
-    assert "rate_limit_scope" in str(e.value) and "postgresql" in str(e.value)
-    assert "Traceback" not in str(e.value)
-    config = '[server]\nrate_limit_scope = "everyone"\n'
-    with pytest.raises(RuntimeError) as e:
-        start_server(tmp_path, data=data, config=config)
-    assert "must be one of auto, shared, server" in str(e.value)
 
 
 def test_replicas_starting_together_create_the_buckets_once(postgres_stores):

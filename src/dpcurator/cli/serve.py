@@ -25,7 +25,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from dpcurator.cli import options, serve_interpreter
+from dpcurator.cli import options, serve_interpreter, serve_workers
 from dpcurator.curator.stores import is_url, location_of, target_of
 from dpcurator.errors import InvalidParameter
 
@@ -47,9 +47,11 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   max_body_bytes = 1000000
   requests_per_second = 20      # per analyst
   burst = 40
-  rate_limit_scope = "auto"     # shared: one bucket per analyst in a PostgreSQL ledger's
-                                # database for every server on it; server: each its own;
-                                # auto (default): shared when the ledger is postgresql://
+  workers = 1                   # processes serving one port and ledger (--workers)
+  rate_limit_scope = "auto"     # shared: one bucket per analyst for every server on the
+                                # ledger (in its database, or a file beside a ledger
+                                # file); server: each its own; auto (default): shared
+                                # when the ledger is postgresql:// or workers > 1
   request_time_limit = 10       # seconds to decide one request (past it: 503, no charge)
   solver_time_limit = 5         # seconds of exact overlap checks per request
   solver_threads = 4            # exact checks at once (each analyst's one at a time)
@@ -124,6 +126,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve the shipped Adult sample under epsilon 1 with a temporary ledger, "
         "and print an analyst's token",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="serve from N processes on one port and one ledger, to use N cores "
+        "(default 1; [server] workers)",
+    )
+    p.add_argument(serve_workers.WORKER_FLAG, help=argparse.SUPPRESS)
     options.add_loading(p)
     options.add_privacy_unit(p)
     p.set_defaults(handler=run)
@@ -169,6 +179,7 @@ _KEYS = {
         "max_queries",
         "max_charges",
         "max_request_cells",
+        "workers",
     },
     "data": {"privacy_unit", "unit_name"},
     "privacy_unit": {"column", "max_rows", "name"},  # the older form of [data] privacy_unit
@@ -462,6 +473,57 @@ def _serve_until_stopped(server: Any, sock: socket.socket) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket: a TCP socket by protocol, so that asyncio sets TCP_NODELAY
+    on each connection (without it every response waits ~40 ms for the client's
+    delayed ACK)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise InvalidParameter(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.listen(128)
+    return sock
+
+
+def _url(host: str, sock: socket.socket, cert: str | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if cert else 'http'}://{shown}:{sock.getsockname()[1]}"
+
+
+def _supervise(
+    args: argparse.Namespace,
+    cfg: dict[str, Any],
+    host: str,
+    port: int,
+    cert: str | None,
+    workers: int,
+) -> int:
+    """``--workers N`` (N > 1): bind the port, then run N workers on it
+    (:mod:`dpcurator.cli.serve_workers`); the data and the ledger are theirs to open."""
+    if args.demo:
+        raise InvalidParameter(
+            "--workers: the demo serves from one process (its ledger is temporary); give "
+            "--data and --ledger to serve with workers"
+        )
+    ledger = args.ledger or _ledger_config(_section(cfg, "ledger"))
+    if ledger is None or ledger == ":memory:":
+        raise InvalidParameter(
+            "--workers needs a ledger every worker opens: --ledger FILE or --ledger "
+            "postgresql://..."
+        )
+    sock = _listen(host, port)
+    try:
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        return serve_workers.supervise(argv, sock, workers, _url(host, sock, cert))
+    finally:
+        sock.close()
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -495,6 +557,12 @@ def run(args: argparse.Namespace) -> int:
             f"--config: [server] rate_limit_scope must be one of {', '.join(RATE_SCOPES)}, "
             f"got {scope!r}"
         )
+    workers = serve_workers.workers_of(args.workers, server)
+    worker = None if args.worker is None else serve_workers.parse_worker(args.worker)
+    if worker is not None:
+        serve_workers.die_with(worker[1])
+    if workers > 1 and scope == "auto":
+        scope = "shared"  # N workers, one analyst's rate
     limits = Limits(
         max_body_bytes=_positive(server, "max_body_bytes", 1_000_000, integer=True),
         requests_per_second=_positive(server, "requests_per_second", 20.0),
@@ -508,6 +576,8 @@ def run(args: argparse.Namespace) -> int:
         )
     token = None
     tmp = None
+    if workers > 1 and worker is None:
+        return _supervise(args, cfg, host, port, cert, workers)
     if args.demo:
         tmp = tempfile.TemporaryDirectory(prefix="dpcurator-demo-")
         args.data, args.schema = str(DEMO_DATA), str(DEMO_SCHEMA)
@@ -532,35 +602,16 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.demo:
             token = curator.add_analyst("demo", admin=True)
-        if scope == "shared" and curator.ledger.kind != "postgresql":
-            raise InvalidParameter(
-                '--config: [server] rate_limit_scope = "shared" needs a ledger several '
-                "servers share: --ledger postgresql://..."
-            )
         app = create_app(curator, limits)
-        if isinstance(app.state.rate, SharedRateLimiter):
+        quiet = worker is not None and worker[2]
+        if isinstance(app.state.rate, SharedRateLimiter) and not quiet:
             sys.stderr.write(
                 f"dpcurator serve: note: the rate limit ({limits.requests_per_second:g} "
                 f"requests a second per analyst, {limits.burst} at once) is shared by every "
                 "server on this ledger ([server] rate_limit_scope)\n"
             )
-        # a TCP socket by protocol, so that asyncio sets TCP_NODELAY on each connection
-        # (without it every response waits ~40 ms for the client's delayed ACK)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            raise InvalidParameter(
-                f"cannot listen on {host}:{port}: {err.strerror or err}"
-            ) from None
-        sock.listen(128)
-        bound = sock.getsockname()[1]
-        scheme = "https" if cert else "http"
-        shown = f"[{host}]" if ":" in host else host
-        url = f"{scheme}://{shown}:{bound}"
+        sock = _listen(host, port) if worker is None else worker[0]
+        url = _url(host, sock, cert)
         if token is not None:
             print(f"demo: the Adult sample under epsilon 1; ledger {ledger} (deleted on exit)")
             print(f"demo: analyst token (an administrator): {token}")

@@ -157,9 +157,10 @@ class AnalystsChain:
             ]
 
     def shared_buckets(self) -> Any:
-        """Request-rate buckets every server on this ledger shares (a PostgreSQL
-        ledger's, :mod:`dpcurator.curator.stores.postgres_rate`), or None (a ledger file
-        is one server's)."""
+        """Request-rate buckets every server on this ledger shares: in a PostgreSQL
+        ledger's database (:mod:`dpcurator.curator.stores.postgres_rate`) or in a file
+        beside a ledger file (:mod:`dpcurator.curator.stores.sqlite_rate`); None for a
+        ledger in memory (one process's)."""
         make = getattr(self._store, "buckets", None)
         return None if make is None else make()
 

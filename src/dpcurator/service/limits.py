@@ -19,8 +19,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dpcurator.errors import InvalidParameter
 
-#: Where an analyst's request-rate bucket lives: ``auto`` (shared when the ledger is a
-#: database several servers share, else this server's), ``shared`` or ``server``.
+#: Where an analyst's request-rate bucket lives: ``shared`` by every server on the
+#: ledger (in a PostgreSQL ledger's database, or in a file beside a ledger file),
+#: ``server`` (this server's own), or ``auto``: shared for a PostgreSQL ledger, else
+#: the server's (``dpcurator serve --workers N`` makes its workers' ``auto`` shared).
 RATE_SCOPES = ("auto", "shared", "server")
 
 
@@ -129,9 +131,10 @@ class RateLimiter:
 
 
 class SharedRateLimiter(RateLimiter):
-    """The same buckets, kept in the ledger's database and shared by every server on
-    it (:mod:`dpcurator.curator.stores.postgres_rate`: refilled by the database's
-    clock, each request one atomic statement). Thread-safe."""
+    """The same buckets, shared by every server on the ledger: in its database
+    (:mod:`dpcurator.curator.stores.postgres_rate`, refilled by the database's clock) or
+    in a file beside a ledger file (:mod:`dpcurator.curator.stores.sqlite_rate`, by the
+    host's clock); each request is one atomic statement. Thread-safe."""
 
     def __init__(self, buckets: Any, rate: float, burst: int) -> None:
         super().__init__(rate, burst)
@@ -150,12 +153,15 @@ def rate_limiter(limits: Limits, ledger: Any) -> RateLimiter:
         raise InvalidParameter(
             f"rate_scope must be one of {', '.join(RATE_SCOPES)}, got {limits.rate_scope!r}"
         )
-    buckets = None if limits.rate_scope == "server" else ledger.shared_buckets()
+    scope = limits.rate_scope
+    if scope == "auto":
+        scope = "shared" if ledger.kind == "postgresql" else "server"
+    buckets = ledger.shared_buckets() if scope == "shared" else None
     if buckets is None:
-        if limits.rate_scope == "shared":
+        if scope == "shared":
             raise InvalidParameter(
-                "a shared rate limit needs a ledger several servers share (postgresql://...); "
-                f"ledger {ledger.path} is one server's"
+                "a shared rate limit needs a ledger several servers share (a file or "
+                f"postgresql://...); ledger {ledger.path} is in memory"
             )
         return RateLimiter(limits.requests_per_second, limits.burst)
     return SharedRateLimiter(buckets, limits.requests_per_second, limits.burst)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dpcurator.curator.stores.rows import Dump, Rows
+from dpcurator.curator.stores.sqlite_rate import FileBuckets, rate_file
 from dpcurator.errors import LedgerError, LedgerMissing
 
 T = TypeVar("T")
@@ -117,6 +118,11 @@ class SQLiteStore:
     def say(self, err: BaseException) -> str:
         """SQLite's error ``err`` on one line (it names a file, never a secret)."""
         return " ".join(str(err).split())
+
+    def buckets(self) -> FileBuckets | None:
+        """Request-rate buckets that every process on this ledger file shares
+        (:mod:`.sqlite_rate`), or None for a ledger in memory (one process's)."""
+        return FileBuckets(rate_file(self.location)) if self.durable else None
 
     # --- what is there ---------------------------------------------------------------
 
