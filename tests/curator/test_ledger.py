@@ -780,3 +780,35 @@ def test_a_valid_token_is_never_refused_while_other_processes_commit(place, tmp_
             p.kill()
             p.wait(timeout=30)
     assert refused == 0
+
+
+WRITE_LOCK = (
+    "import sqlite3, sys\n"
+    "db = sqlite3.connect(sys.argv[1], timeout=0.3, isolation_level=None)\n"
+    "try:\n"
+    "    db.execute('BEGIN IMMEDIATE')\n"
+    "    print('took the write lock')\n"
+    "except sqlite3.OperationalError as err:\n"
+    "    print(err)\n"
+)
+
+
+def test_opening_another_store_keeps_this_processs_write_lock(tmp_path):
+    """While a transaction holds the ledger's write lock, another store opened and
+    closed in the same process (the background verification opens its own) must not
+    release it: closing any descriptor of a file drops all of a process's POSIX locks on
+    it, and another process then wrote the same charge at the same time."""
+    from dpcurator.curator.stores import open_store
+
+    path = make(tmp_path / "l.db")
+    led = Ledger(path, IDENTITY)
+    try:
+        with led.transaction():
+            for _ in range(3):
+                open_store(str(path), None).close()
+            out = subprocess.run(
+                [sys.executable, "-c", WRITE_LOCK, str(path)], capture_output=True, text=True
+            )
+            assert out.stdout.strip() == "database is locked", out.stdout + out.stderr
+    finally:
+        led.close()

@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import sqlite3
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -25,7 +26,6 @@ from dpcurator.errors import LedgerError, LedgerMissing
 
 T = TypeVar("T")
 
-_MAGIC = b"SQLite format 3\x00"
 
 #: Milliseconds a read for authentication waits for a commit in progress (the file is
 #: locked only while a commit writes; a check-and-charge's write lock lets readers in).
@@ -111,6 +111,7 @@ class SQLiteStore:
                 _create(p, initial_meta)
             _probe(p)
             self._db = _connect(self.location)
+            _check_header(self._db, p)
             self._inode = _inode(p)
         except sqlite3.DatabaseError as err:
             raise LedgerError(f"ledger {self.location}: cannot be used: {err}") from None
@@ -333,21 +334,42 @@ def _initialise(db: sqlite3.Connection, meta: Sequence[tuple[str, str]]) -> None
 
 
 def _probe(path: Path) -> None:
-    """Refuse, before SQLite sees it, a file that cannot be a ledger."""
+    """Refuse, before SQLite opens it, what cannot be a ledger: a directory, an empty
+    file (SQLite would take it for a new database and write to it).
+
+    Only SQLite ever opens a ledger file in this process. Closing *any* descriptor of a
+    file drops every POSIX lock the process holds on it, SQLite's included (SQLite keeps
+    its own descriptors open while any of its connections holds a lock, but cannot know
+    of ours): a probe that opened and closed the file while a transaction of this
+    process held the write lock (the background verification opens a store of its
+    own) let another process write at the same time, and two processes appended the same
+    charge. So this looks at the file's metadata only; :func:`_check_header` reads its
+    header through SQLite."""
     try:
-        if path.is_dir():
-            raise LedgerError(f"ledger {path}: is a directory")
-        with open(path, "rb") as f:
-            head = f.read(len(_MAGIC))
+        st = path.stat()
     except OSError as err:
         raise LedgerError(f"ledger {path}: cannot be read: {err.strerror or err}") from None
-    if not head:
+    if stat.S_ISDIR(st.st_mode):
+        raise LedgerError(f"ledger {path}: is a directory")
+    if st.st_size == 0:
         raise LedgerError(
             f"ledger {path}: the file is empty (0 bytes), not a ledger; if it was one, its "
             "charges are lost: restore it from a backup, never start it afresh"
         )
-    if head != _MAGIC:
-        raise LedgerError(f"ledger {path}: not a dpcurator ledger (not an SQLite database)")
+
+
+def _check_header(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file that is not an SQLite database (SQLite reads its header; nothing is
+    written), closing ``db``."""
+    try:
+        db.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as err:
+        db.close()
+        if "not a database" in str(err):
+            raise LedgerError(
+                f"ledger {path}: not a dpcurator ledger (not an SQLite database)"
+            ) from None
+        raise
 
 
 def _create(path: Path, meta: Sequence[tuple[str, str]]) -> None:
