@@ -7,12 +7,13 @@ import socket
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from dpcurator.client import Client
 from dpcurator.errors import AuthenticationError, BudgetExceeded
 
-from .conftest import Server, assert_error
+from .conftest import Server, assert_error, running
 
 ROUTES = [
     ("GET", "/v1/schema", None),
@@ -268,3 +269,101 @@ def test_a_well_formed_token_is_looked_up_in_a_worker_thread() -> None:
         asyncio.run(caller(_request(Ledger(), _Untouchable()), f"bearer   {token} "))  # type: ignore[arg-type]
     assert err.value.reason == "unauthorized"
     assert asked == [(token, False)]
+
+
+BODY_ROUTES = [(p, b) for m_, p, b in ROUTES if m_ == "POST" and "/admin/" not in p] + [
+    ("/v1/sql", {"query": "SELECT WITH DIFFERENTIAL_PRIVACY COUNT(*) FROM people"}),
+    ("/v1/mean", {"attribute": "age", "lower": 0, "upper": 99, "epsilon": 0.01}),
+    ("/v1/units", {"query": "age < 30", "epsilon": 0.01}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), BODY_ROUTES)
+def test_an_unknown_token_is_401_before_an_invalid_body(server: Server, path, body) -> None:
+    """The route looks its caller up in its own thread, but a body that fails before it
+    runs is answered as the caller would be first: 401 for a well-formed unknown token
+    (not 422), 422 for a known one."""
+    stranger = {"Authorization": BAD_HEADERS["unknown token"]}
+    for bad in ({**body, "epsilon": "plenty"}, {"nonsense": [1, 2]}):
+        with httpx.Client(base_url=server.url, headers=stranger) as h:
+            r = h.post(path, json=bad)
+            assert_error(r, 401, "unauthorized")
+            assert r.headers["WWW-Authenticate"] == "Bearer"
+        with server.http("alice") as h:
+            assert h.post(path, json=bad).status_code == 422
+
+
+def test_an_invalid_body_takes_one_token_of_the_rate_and_429_comes_first(tmp_path) -> None:
+    """Burst 2, a refill of one request in 1,000 s: an invalid body is 422 and takes one
+    token, a valid request the other; then an invalid body is 429, not 422."""
+    config = "[server]\nrequests_per_second = 0.001\nburst = 2\n"
+    with running(tmp_path, config=config) as s:
+        s.add("ann")
+        with s.http("ann") as h:
+            bad = {"query": "age < 30", "epsilon": "plenty"}
+            assert h.post("/v1/count", json=bad).status_code == 422
+            assert (
+                h.post("/v1/count", json={"query": "age < 30", "epsilon": 0.1}).status_code == 200
+            )
+            r = h.post("/v1/count", json=bad)
+            assert_error(r, 429, "rate_limited")
+            assert int(r.headers["Retry-After"]) >= 1
+
+
+def test_a_route_runs_in_the_thread_that_looked_its_caller_up(tmp_path) -> None:
+    """One worker thread per request: the token's lookup, the rate and the count all in
+    it, and not in the event loop's."""
+    import threading
+
+    import numpy as np
+    import pandas as pd
+    from fastapi.testclient import TestClient
+
+    from dpcurator import Curator
+    from dpcurator.privacy import PureDP
+    from dpcurator.queries import Schema
+    from dpcurator.service import Limits, create_app
+
+    from .conftest import SCHEMA
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(0, 100, 200),
+            "sex": rng.choice(["F", "M"], 200),
+            "region": rng.choice(["north", "south", "east", "west"], 200),
+            "score": rng.integers(0, 10, 200),
+        }
+    )
+    cur = Curator.open(
+        frame, Schema.from_dict(SCHEMA), budget=PureDP(10.0), ledger=tmp_path / "l.db"
+    )
+    try:
+        token = cur.add_analyst("ann")
+        seen: list[tuple[str, int]] = []
+        ledger, count = cur.ledger, cur.count
+        authenticate = ledger.authenticate
+
+        def looked_up(t: object):  # the real lookup, its thread noted
+            seen.append(("lookup", threading.get_ident()))
+            return authenticate(t)
+
+        def counted(*a: object, **kw: object):  # the real count, its thread noted
+            seen.append(("count", threading.get_ident()))
+            return count(*a, **kw)
+
+        ledger.authenticate = looked_up  # type: ignore[method-assign]
+        cur.count = counted  # type: ignore[method-assign]
+        app = create_app(cur, Limits(requests_per_second=1000, burst=1000))
+        with TestClient(app) as client:
+            headers = {"Authorization": f"Bearer {token}"}
+            for _ in range(3):
+                seen.clear()
+                r = client.post(
+                    "/v1/count", json={"query": "age < 30", "epsilon": 0.1}, headers=headers
+                )
+                assert r.status_code == 200, r.text
+                assert [k for k, _ in seen] == ["lookup", "count"]
+                assert seen[0][1] == seen[1][1] != threading.get_ident()
+    finally:
+        cur.close()
