@@ -299,8 +299,15 @@ def test_an_empty_file_is_refused_by_the_curator(people, tmp_path):
 
 def test_random_bytes_are_refused(tmp_path):
     path = tmp_path / "l.db"
-    path.write_bytes(os.urandom(8192))
-    refused(path, "not an SQLite database")
+    for n in (1, 99, 100, 8192):
+        path.write_bytes(os.urandom(n))
+        refused(path, "not an SQLite database")
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    path = tmp_path / "l.db"
+    os.mkfifo(path)
+    refused(path, "not a regular file")
 
 
 def test_a_damaged_sqlite_file_is_refused(tmp_path):
@@ -812,3 +819,16 @@ def test_opening_another_store_keeps_this_processs_write_lock(tmp_path):
             assert out.stdout.strip() == "database is locked", out.stdout + out.stderr
     finally:
         led.close()
+
+
+def test_an_anchor_that_is_the_ledger_is_refused_and_changes_nothing(tmp_path):
+    """The anchor named as the ledger itself, or a second name of it: refused before
+    anything is read or appended (anchor lines would have been written into the ledger,
+    and reading it through a descriptor of our own would drop the process's locks)."""
+    path = make(tmp_path / "l.db")
+    os.link(path, tmp_path / "other-name")
+    before = path.read_bytes()
+    for anchor in (str(path), str(tmp_path / "." / "l.db"), str(tmp_path / "other-name")):
+        with pytest.raises(InvalidParameter, match="is the ledger itself"):
+            Ledger(path, IDENTITY, anchor=anchor)
+    assert path.read_bytes() == before

@@ -361,19 +361,3 @@ def test_a_script_without_a_main_guard_gets_workers_and_runs_once(small, tmp_pat
     for pid in out["pids"]:  # closed: every worker is gone
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-
-
-def test_workers_search_at_a_lower_scheduling_priority(tmp_path):
-    """A worker runs ``NICE`` steps below the server, so that an exact search yields the
-    cores to the requests it must not stall (a flood's victims and 401s)."""
-    from dpcurator.curator.solver_worker import NICE
-
-    c = hard_curator(tmp_path, solver_processes=True)
-    procs = c._processes
-    assert procs is not None and procs.start() == procs.workers
-    try:
-        mine = os.getpriority(os.PRIO_PROCESS, 0)
-        for w in procs._free:
-            assert os.getpriority(os.PRIO_PROCESS, w.process.pid) == min(19, mine + NICE)
-    finally:
-        c.close()

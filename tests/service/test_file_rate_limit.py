@@ -8,6 +8,7 @@ is refused in one line; which scope a ledger gets."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def model(steps: list[tuple[float, str]], rate: float, burst: int) -> list[float
         tokens, at = buckets[who]
         level = min(float(burst), tokens + max(0.0, now - at) * rate)
         allowed = level >= 1
-        buckets[who] = (level - (1 if allowed else 0), max(at, now))
+        at = now if now < at - 1.0 else max(at, now)  # a clock set back: a new start
+        buckets[who] = (level - (1 if allowed else 0), at)
         out.append(0.0 if allowed else max(0.0, (1.0 - level) / rate))
     return out
 
@@ -51,7 +53,7 @@ def model(steps: list[tuple[float, str]], rate: float, burst: int) -> list[float
 @given(
     steps=st.lists(
         st.tuples(
-            st.one_of(st.just(0.0), st.floats(0.0, 3.0), st.floats(-1.0, 0.0)),
+            st.one_of(st.just(0.0), st.floats(0.0, 3.0), st.floats(-5.0, 0.0)),
             st.sampled_from(["ann", "bob", "ann's; DROP TABLE buckets --"]),
         ),
         max_size=40,
@@ -61,7 +63,8 @@ def model(steps: list[tuple[float, str]], rate: float, burst: int) -> list[float
 )
 def test_takes_follow_the_token_bucket_exactly(tmp_path_factory, steps, rate, burst):
     """Every answer equals the hand-made bucket's, to the last bit (the same double
-    arithmetic), a clock set back (negative steps) refilling nothing."""
+    arithmetic); a clock set back (negative steps) refills nothing, and past a second
+    back the bucket starts afresh from the new reading."""
     path = tmp_path_factory.mktemp("rate") / "l.db.rate"
     clock = Clock()
     buckets = FileBuckets(str(path), clock=clock)
@@ -142,3 +145,24 @@ def test_which_scope_a_ledger_gets(tmp_path):
             rate_limiter(Limits(rate_scope="shared"), memory)
     finally:
         memory.close()
+
+
+def test_a_rate_file_naming_a_ledger_is_refused_and_left_alone(tmp_path):
+    """A symbolic link or a second name for the ledger, or the ledger itself, as the
+    rate file: refused in one line before anything is written to it (SQLite would have
+    turned the ledger to write-ahead logging and added a table)."""
+    ledger = tmp_path / "l.db"
+    Ledger(str(ledger), {"test": "rate"}, anchor=False).close()
+    before = ledger.read_bytes()
+    (tmp_path / "sym.rate").symlink_to(ledger)
+    os.link(ledger, tmp_path / "hard.rate")
+    for name, said in (("sym.rate", "not a plain file"), ("hard.rate", "not a plain file")):
+        with pytest.raises(LedgerError, match=said) as e:
+            FileBuckets(str(tmp_path / name))
+        assert "\n" not in str(e.value)
+    os.unlink(tmp_path / "hard.rate")
+    with pytest.raises(LedgerError, match=r"not a rate limit file .*charges"):
+        FileBuckets(str(ledger))
+    assert ledger.read_bytes() == before
+    assert not (tmp_path / "l.db-wal").exists()
+    Ledger(str(ledger), {"test": "rate"}, anchor=False).close()  # still a sound ledger

@@ -166,3 +166,23 @@ def test_a_worker_that_cannot_start_is_reported_once(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and "missing.csv" in lines[0], out.stderr
     assert "listening on" not in out.stdout
+
+
+def test_a_replacement_worker_uses_the_configuration_the_command_started_with(tmp_path):
+    """The config file edited while the workers run (here: made unreadable as TOML) and
+    a worker killed: its replacement starts from the copy the supervisor took at start,
+    so the workers cannot split between two configurations (two ledgers, two rates)."""
+    with running(tmp_path, config=FAST + "workers = 2\n") as s:
+        token = s.add("ann")
+        cfg = next(Path(a) for a in s.proc.args if str(a).endswith(".toml"))
+        cfg.write_text("this is [not toml\n")
+        first = workers_of(s.proc.pid)
+        os.kill(min(first), signal.SIGKILL)
+        assert wait_for(lambda: len(workers_of(s.proc.pid) - first) == 1)
+        (new,) = workers_of(s.proc.pid) - first
+        assert wait_for(
+            lambda: fresh_post(s.url, token, {"query": "age < 20", "epsilon": 0.1}) == 200
+        )
+        time.sleep(2)
+        assert alive(new) and new in workers_of(s.proc.pid)
+        assert "status 2" not in s.log() and "error" not in s.log()

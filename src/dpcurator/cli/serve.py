@@ -511,15 +511,18 @@ def _supervise(
             "--data and --ledger to serve with workers"
         )
     ledger = args.ledger or _ledger_config(_section(cfg, "ledger"))
-    if ledger is None or ledger == ":memory:":
+    if ledger is None or (target_of(ledger) or ledger) == ":memory:":
         raise InvalidParameter(
             "--workers needs a ledger every worker opens: --ledger FILE or --ledger "
             "postgresql://..."
         )
+    serve_workers.std_streams_open()
     sock = _listen(host, port)
     try:
-        argv = getattr(args, "argv", None) or sys.argv[1:]
-        return serve_workers.supervise(argv, sock, workers, _url(host, sock, cert))
+        with tempfile.TemporaryDirectory(prefix="dpcurator-workers-") as private:
+            argv = getattr(args, "argv", None) or sys.argv[1:]
+            argv = [*argv, *serve_workers.pinned(args.config, private)]
+            return serve_workers.supervise(argv, sock, workers, _url(host, sock, cert))
     finally:
         sock.close()
 
@@ -592,6 +595,7 @@ def run(args: argparse.Namespace) -> int:
                 "outlive it)"
             )
     curator = _open(args, cfg, ledger, time_limit)
+    rate = None
     try:
         if curator.ledger.anchor_started:
             sys.stderr.write(
@@ -603,6 +607,7 @@ def run(args: argparse.Namespace) -> int:
         if args.demo:
             token = curator.add_analyst("demo", admin=True)
         app = create_app(curator, limits)
+        rate = app.state.rate
         quiet = worker is not None and worker[2]
         if isinstance(app.state.rate, SharedRateLimiter) and not quiet:
             sys.stderr.write(
@@ -638,6 +643,8 @@ def run(args: argparse.Namespace) -> int:
         )
         _serve_until_stopped(_stoppable_server(config, curator), sock)
     finally:
+        if isinstance(rate, SharedRateLimiter):
+            rate.close()
         curator.close()
         if tmp is not None:
             tmp.cleanup()

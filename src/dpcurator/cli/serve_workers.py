@@ -75,7 +75,11 @@ def parse_worker(value: str) -> tuple[socket.socket, int, bool]:
     """A worker's inherited socket, its supervisor's pid, and whether it is quiet (see
     :data:`WORKER_FLAG`); refused unless it names a listening TCP socket."""
     parts = value.split(":")
-    ok = len(parts) == 3 and all(p.isdigit() and p.isascii() for p in parts) and parts[2] in "01"
+    ok = (
+        len(parts) == 3
+        and all(p.isdigit() and p.isascii() and len(p) <= 9 for p in parts)
+        and parts[2] in ("0", "1")
+    )
     sock = None
     if ok:
         try:
@@ -83,7 +87,7 @@ def parse_worker(value: str) -> tuple[socket.socket, int, bool]:
             ok = sock.type == socket.SOCK_STREAM and bool(
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
             )
-        except OSError:
+        except (OSError, OverflowError, ValueError):
             ok = False
     if not ok or sock is None:
         raise InvalidParameter(f"{WORKER_FLAG} is for the workers dpcurator serve --workers starts")
@@ -126,8 +130,11 @@ class _Worker:
             if line.startswith("listening on "):
                 self.ready.set()
             elif relay:
-                sys.stdout.write(line)
-                sys.stdout.flush()
+                try:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                except (OSError, ValueError):  # no one reads our output any more
+                    relay = False
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -151,14 +158,60 @@ def _ended(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"status {code}"
 
 
+class _Stop:
+    """Whether a signal asked to stop: a plain flag the loops poll (a signal handler
+    must not take a lock the thread it interrupted may hold, a
+    :class:`threading.Event`'s for one)."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def set(self, *_: object) -> None:
+        self.asked = True
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless asked to stop already; whether asked."""
+        if not self.asked:
+            time.sleep(seconds)
+        return self.asked
+
+
+def std_streams_open() -> None:
+    """Open /dev/null on any of the descriptors 0-2 that is closed, so that the listening
+    socket made next cannot take one of their numbers (a worker's stdin, stdout and
+    stderr are set up on them, which would replace it)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+
+
+def pinned(config: str | None, directory: str) -> list[str]:
+    """The flags that give every worker, the ones started later too, the configuration
+    as it is now: a copy of the file in ``directory`` (the supervisor's, private), so
+    that an edit made while the workers run (another ledger, another rate scope) cannot
+    split them; it applies at the next start of the command."""
+    if config is None:
+        return []
+    copy = os.path.join(directory, "config.toml")
+    with open(config, "rb") as f:
+        data = f.read()
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return ["--config", copy]
+
+
 def supervise(argv: Sequence[str], sock: socket.socket, workers: int, url: str) -> int:
     """Run ``workers`` workers of ``dpcurator serve ARGV`` on ``sock`` until SIGINT or
-    SIGTERM (see the module doc); the exit status."""
-    stop = threading.Event()
+    SIGTERM (see the module doc); the exit status. ``argv`` must pin what every worker
+    uses (:func:`pinned`)."""
+    stop = _Stop()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # (signals reach only it)
         for s in (signal.SIGINT, signal.SIGTERM):
-            previous[s] = signal.signal(s, lambda *_: stop.set())
+            previous[s] = signal.signal(s, stop.set)
     running: list[_Worker] = []
     try:
         first = _Worker(argv, sock, 0, relay=True)
@@ -183,32 +236,34 @@ def supervise(argv: Sequence[str], sock: socket.socket, workers: int, url: str) 
             signal.signal(s, handler)
 
 
-def _started(starting: list[_Worker], stop: threading.Event) -> bool:
+def _started(starting: list[_Worker], stop: _Stop) -> bool:
     """Whether every worker of ``starting`` listens (False: one ended, or a signal came)."""
-    while not stop.is_set():
+    while not stop.wait(0.05):
         if all(w.ready.is_set() for w in starting):
             return True
         if any(w.process.poll() is not None and not w.ready.is_set() for w in starting):
             return False
-        stop.wait(0.05)
     return False
 
 
-def _start_failed(running: list[_Worker], stop: threading.Event) -> int:
+def _start_failed(running: list[_Worker], stop: _Stop) -> int:
     """The status of a start that did not complete: the failed worker's (it said why on
-    standard error), or 0 after a signal."""
-    if stop.is_set():
+    standard error; an end by a signal is said here), or 0 after a signal."""
+    if stop.asked:
         return 0
     for w in running:
         code = w.process.poll()
         if code is not None and not w.ready.is_set():
+            if code < 0:
+                _say(
+                    f"error: worker {w.slot} (pid {w.process.pid}) ended ({_ended(code)}) "
+                    "before it listened"
+                )
             return code if code > 0 else 1
     return 1
 
 
-def _keep(
-    running: list[_Worker], argv: Sequence[str], sock: socket.socket, stop: threading.Event
-) -> None:
+def _keep(running: list[_Worker], argv: Sequence[str], sock: socket.socket, stop: _Stop) -> None:
     """Start again each worker that ends, until a signal asks every worker to stop."""
     pause: dict[int, float] = {}
     due: dict[int, float] = {}  # slot -> when its next worker starts

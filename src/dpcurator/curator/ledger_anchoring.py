@@ -24,6 +24,7 @@ append is verified when it is read; two things escape that, and are handled here
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -60,7 +61,21 @@ def anchor_file(target: object, anchor: object = True) -> str | None:
         raise InvalidParameter(f"anchor must be a file name, True or None, got {anchor!r}")
     if memory:
         raise InvalidParameter("an anchor is for a durable ledger, not one in memory")
+    if name is not None and not is_url(name) and _same_file(str(anchor), name):
+        raise InvalidParameter(
+            f"anchor {anchor} is the ledger itself (or another name of it); give a file of its own"
+        )
     return str(anchor)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one existing file (by metadata: no file is opened,
+    since closing a descriptor of the ledger would drop this process's locks on it)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def verify_interval(every: object) -> float | None:

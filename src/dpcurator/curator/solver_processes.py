@@ -20,10 +20,8 @@ moment later; its reply is read and dropped and it serves again. One that has no
 replied within :data:`DRAIN` seconds is killed (and replaced on the next request), so an
 overrun cannot hold a worker. Closing the curator kills the workers.
 
-Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, at a
-lower scheduling priority (``nice``: the requests a search must not stall get the cores
-first; under a flood of searches a victim's count went from 0.81 s at most to 0.27 s),
-started on first need, one at a time (an interpreter takes a few tenths of a second to import the
+Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, started
+on first need, one at a time (an interpreter takes a few tenths of a second to import the
 solver; four started at once would take both cores from the requests they are meant to
 help). A request waits for a worker, within its deadline, rather than search in its own
 thread: there the search would hold the interpreter lock for up to the solver's time

@@ -5,27 +5,19 @@ the server imports, so that a worker loads the solver and nothing else."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from multiprocessing.connection import Connection
 
 from dpcurator.curator.solver_processes import serve
 
-#: How much lower a worker's scheduling priority is than the server's (``nice``): an
-#: exact search competes for the cores with the requests it must not stall.
-NICE = 10
-
 
 def main() -> None:
     """Its own pipe ends; stdin and stdout pointed away from them; Ctrl-C meant for the
     server (the terminal sends it to the whole process group) left to the server, which
     kills its workers when it closes. A worker whose server died reads end-of-file and
-    ends. It runs at a lower scheduling priority (:data:`NICE`): see
-    :mod:`dpcurator.curator.solver_processes`."""
+    ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):  # a platform without it: the same priority
-        os.nice(NICE)
     jobs = os.dup(0)
     send = Connection(os.dup(1), readable=False)
     devnull = os.open(os.devnull, os.O_RDWR)

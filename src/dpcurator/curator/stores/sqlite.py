@@ -26,6 +26,9 @@ from dpcurator.errors import LedgerError, LedgerMissing
 
 T = TypeVar("T")
 
+#: The bytes of an SQLite database's header: a shorter file is none.
+_HEADER_BYTES = 100
+
 
 #: Milliseconds a read for authentication waits for a commit in progress (the file is
 #: locked only while a commit writes; a check-and-charge's write lock lets readers in).
@@ -351,11 +354,15 @@ def _probe(path: Path) -> None:
         raise LedgerError(f"ledger {path}: cannot be read: {err.strerror or err}") from None
     if stat.S_ISDIR(st.st_mode):
         raise LedgerError(f"ledger {path}: is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerError(f"ledger {path}: not a regular file")
     if st.st_size == 0:
         raise LedgerError(
             f"ledger {path}: the file is empty (0 bytes), not a ledger; if it was one, its "
             "charges are lost: restore it from a backup, never start it afresh"
         )
+    if st.st_size < _HEADER_BYTES:  # SQLite would read it as a database of no tables
+        raise LedgerError(f"ledger {path}: not a dpcurator ledger (not an SQLite database)")
 
 
 def _check_header(db: sqlite3.Connection, path: Path) -> None:

@@ -9,7 +9,8 @@ a second to *each*. Here each analyst's bucket is one row of an SQLite file of i
   ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` statement, which SQLite runs
   atomically under its write lock, so two processes never both take the last token;
 * the bucket refills at ``rate`` tokens a second by the host's clock (one clock for
-  every process of the host; a clock set back refills nothing);
+  every process of the host; a clock set back refills nothing for that request, and
+  the bucket refills from its new reading on, see :data:`SLACK`);
 * ``rate`` and ``burst`` are each process's own settings, used for the requests it
   receives: ``--workers`` gives every worker the same;
 * a refused request takes nothing.
@@ -23,7 +24,9 @@ depends only on the times of an analyst's requests, never on the data.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -41,9 +44,13 @@ ON CONFLICT (analyst) DO UPDATE SET
   allowed = min(:burst, tokens + max(0, excluded.at - at) * :rate) >= 1,
   tokens = min(:burst, tokens + max(0, excluded.at - at) * :rate)
     - (min(:burst, tokens + max(0, excluded.at - at) * :rate) >= 1),
-  at = max(at, excluded.at)
+  at = CASE WHEN excluded.at < at - :slack THEN excluded.at ELSE max(at, excluded.at) END
 RETURNING tokens, allowed
 """
+#: Seconds the host's clock may go back (processes reading it a moment apart) before
+#: a bucket takes its new reading as the time it was last filled: a clock set back an
+#: hour would otherwise refill no bucket for an hour.
+SLACK = 1.0
 
 
 def rate_file(ledger: str) -> str:
@@ -60,6 +67,7 @@ class FileBuckets:
         self.path = path
         self._clock = clock
         self._lock = threading.Lock()
+        _plain_file(path)
         try:
             self._db = sqlite3.connect(
                 path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False
@@ -68,7 +76,13 @@ class FileBuckets:
             raise LedgerError(f"rate limit file {path}: cannot be used: {_say(err)}") from None
         try:
             self._db.execute("PRAGMA trusted_schema=OFF")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            # nothing is written to a file that holds anything but buckets (a ledger)
+            held = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            if not held <= {"buckets", "sqlite_autoindex_buckets_1"}:
+                raise sqlite3.DatabaseError(
+                    f"it is not a rate limit file (it holds {', '.join(sorted(held))})"
+                )
+            _write_ahead(self._db)
             self._db.execute("PRAGMA synchronous=OFF")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS buckets (analyst TEXT PRIMARY KEY NOT NULL, "
@@ -85,7 +99,10 @@ class FileBuckets:
         """0 if ``analyst`` may send a request now (and it is counted), else the seconds
         until a token is there. Raises :class:`LedgerError` when the file cannot be
         written (the request is then answered like any ledger failure)."""
-        args = {"who": analyst, "rate": float(rate), "burst": float(burst), "now": self._clock()}
+        args = {
+            "who": analyst, "rate": float(rate), "burst": float(burst), "now": self._clock(),
+            "slack": SLACK,
+        }  # fmt: skip
         with self._lock:
             try:
                 tokens, allowed = self._db.execute(_TAKE, args).fetchone()
@@ -96,6 +113,36 @@ class FileBuckets:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _plain_file(path: str) -> None:
+    """Refuse a symbolic link or a file with several names: the buckets are written, and
+    such a path could name a ledger (SQLite would turn it to write-ahead logging)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise LedgerError(f"rate limit file {path}: cannot be used: {err.strerror}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        raise LedgerError(
+            f"rate limit file {path}: cannot be used: not a plain file (a link, or a file "
+            "with several names); remove it, and it is made again"
+        )
+
+
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Switch to write-ahead logging; processes starting together may find the file
+    locked for a moment by another doing the same (SQLite does not wait there)."""
+    until = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > until:
+                raise
+            time.sleep(0.01)
 
 
 def _say(err: BaseException) -> str:
