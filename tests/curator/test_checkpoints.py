@@ -587,6 +587,45 @@ def test_box_within_is_the_brute_force_maximum_over_the_query(specs, box, who):
     assert got == want
 
 
+@settings(max_examples=80)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
+        min_size=1, max_size=25,
+    ),
+    st.lists(st.integers(0, 2**57), min_size=3, max_size=3),
+    st.sampled_from([3, 10**6]),
+)  # fmt: skip
+def test_box_maximum_of_small_weights_is_the_brute_force_maximum(boxes, weights, size):
+    """Weights whose sums fit int64 (summed there, exactly, no float prefilter), on a
+    second attribute of 3 or of a million positions (its cuts sorted, not marked)."""
+    lo = np.array([[min(a, b), min(c, d)] for a, b, c, d, _ in boxes], np.int64)
+    hi = np.array([[max(a, b), max(c, d)] for a, b, c, d, _ in boxes], np.int64)
+    codes = np.array([w for *_, w in boxes], np.int64)
+    got = box_maximum([4, size], lo, hi, codes, weights)
+    assert got is not None
+    value, point = got
+
+    def load(x, y):
+        return sum(
+            weights[w] for (l0, l1), (h0, h1), w in zip(lo.tolist(), hi.tolist(), codes.tolist(), strict=True)
+            if l0 <= x < h0 and l1 <= y < h1
+        )
+
+    ys = range(min(size, 5))  # beyond 3 no box reaches: 4 stands for them all
+    best = max(load(x, y) for x in range(4) for y in ys)
+    assert value == best and load(*point) == best and 0 <= point[1] < size
+
+
+def test_box_maximum_at_the_edge_of_int64_is_exact():
+    """Loads just below and just above 2^62: both exact (int64, then the float
+    prefilter with exact candidates)."""
+    for w in (2**62 // 3 - 1, 2**62 // 3 + 1, 2**63 - 1):
+        lo, hi = np.zeros((3, 1), np.int64), np.full((3, 1), 2, np.int64)
+        got = box_maximum([2], lo, hi, np.zeros(3, np.int64), [w])
+        assert got == (3 * w, (0,))
+
+
 def test_box_maximum_narrows_to_the_attributes_the_boxes_constrain():
     """16 attributes of 2 values, boxes on c0 alone: the grid is c0's (2^16 corner
     passes were half a minute), and the maximum is exact."""

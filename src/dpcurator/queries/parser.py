@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import NamedTuple
 
 from dpcurator.errors import QueryError, TooLarge, WorkloadError
 from dpcurator.queries import boxes as bx
@@ -56,16 +57,21 @@ MAX_QUERIES = 2_000_000
 #: Parentheses (and NOTs) may nest this deep (deeper text is refused, not a stack overflow).
 MAX_NESTING = 100
 
+#: One token after any whitespace, or the first character of something that is none
+#: (``bad``). The alternatives begin with distinct characters, so their order does not
+#: change what matches; the commonest come first.
 _TOKEN = re.compile(
     r"""
-    (?P<ws>\s+)
+    \s*(?:
+    (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
   | (?P<string>'(?:[^']|'')*')
-  | (?P<qident>"(?:[^"]|"")+")
-  | (?P<decimal>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.]))
-  | (?P<number>-?\d+(?![\w.]))
-  | (?P<op><=|>=|!=|<>|==|=|<|>)
   | (?P<punct>[(),;])
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
+  | (?P<op><=|>=|!=|<>|==|=|<|>)
+  | (?P<number>-?\d+(?![\w.]))
+  | (?P<decimal>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.]))
+  | (?P<qident>"(?:[^"]|"")+")
+  | (?P<bad>\S)
+    )
     """,
     re.VERBOSE,
 )
@@ -77,8 +83,9 @@ _SUPPORTED = (
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!=", "<>": "<>"}
 
 
-@dataclass(frozen=True)
-class _Tok:
+class _Tok(NamedTuple):
+    """A token (a named tuple: a long batch makes hundreds of thousands of them)."""
+
     kind: str  # string, ident, qident, number, decimal, op, punct, kw, end
     text: str
     value: int | str | None
@@ -87,33 +94,35 @@ class _Tok:
 
 def _tokenize(text: str, offset: int) -> list[_Tok]:
     toks: list[_Tok] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            if text[pos] == "'":
-                raise QueryError(f"column {pos + 1 + offset}: unterminated string")
-            if text[pos] == '"':
-                raise QueryError(f"column {pos + 1 + offset}: unterminated quoted name")
-            raise QueryError(f"column {pos + 1 + offset}: syntax error at {text[pos]!r}")
-        kind = m.lastgroup or ""
-        tok = m.group()
-        col = pos + 1 + offset
-        pos = m.end()
-        if kind == "ws":
-            continue
-        if kind == "string":
-            toks.append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
-        elif kind == "qident":
-            toks.append(_Tok("qident", tok, tok[1:-1].replace('""', '"'), col))
+    append = toks.append
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind is None:  # trailing whitespace
+            break
+        tok = m[kind]
+        col = m.end() - len(tok) + 1 + offset
+        if kind == "ident":
+            upper = tok.upper()
+            if upper in KEYWORDS:
+                append(_Tok("kw", upper, upper, col))
+            else:
+                append(_Tok("ident", tok, tok, col))
+        elif kind == "string":
+            append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
         elif kind == "number":
-            toks.append(_Tok("number", tok, int(tok), col))
+            append(_Tok("number", tok, int(tok), col))
         elif kind == "op":
-            toks.append(_Tok("op", "=" if tok == "==" else tok, tok, col))
-        elif kind == "ident" and tok.upper() in KEYWORDS:
-            toks.append(_Tok("kw", tok.upper(), tok.upper(), col))
+            append(_Tok("op", "=" if tok == "==" else tok, tok, col))
+        elif kind == "qident":
+            append(_Tok("qident", tok, tok[1:-1].replace('""', '"'), col))
+        elif kind == "bad":
+            if tok == "'":
+                raise QueryError(f"column {col}: unterminated string")
+            if tok == '"':
+                raise QueryError(f"column {col}: unterminated quoted name")
+            raise QueryError(f"column {col}: syntax error at {tok!r}")
         else:
-            toks.append(_Tok(kind, tok, tok, col))
+            append(_Tok(kind, tok, tok, col))
     if toks and toks[-1].kind == "punct" and toks[-1].text == ";":
         toks.pop()  # a statement's closing semicolon
     toks.append(_Tok("end", "end of query", None, len(text) + 1 + offset))

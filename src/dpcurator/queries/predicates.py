@@ -11,6 +11,7 @@ integer range costs two intervals, not a billion values.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -36,18 +37,32 @@ def normalize(intervals: Iterable[Interval]) -> IntervalSet:
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    """Intersection of two normalised interval sets (linear merge)."""
+    """Intersection of two normalised interval sets (linear merge; every set operation
+    of a parse and of the overlap checks runs through it, so it reads each interval
+    once)."""
+    if not a or not b:
+        return ()
     out: list[Interval] = []
     i = j = 0
-    while i < len(a) and j < len(b):
-        s = max(a[i][0], b[j][0])
-        e = min(a[i][1], b[j][1])
-        if s < e:
-            out.append((s, e))
-        if a[i][1] < b[j][1]:
+    na, nb = len(a), len(b)
+    s1, e1 = a[0]
+    s2, e2 = b[0]
+    while True:
+        s = s1 if s1 > s2 else s2
+        if e1 < e2:
+            if s < e1:
+                out.append((s, e1))
             i += 1
+            if i == na:
+                break
+            s1, e1 = a[i]
         else:
+            if s < e2:
+                out.append((s, e2))
             j += 1
+            if j == nb:
+                break
+            s2, e2 = b[j]
     return tuple(out)
 
 
@@ -179,12 +194,16 @@ def _lit(attr: Attribute, pos: int) -> str:
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: Words of the query language; a column named like one must be written in double quotes.
 KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "LIKE"})
+#: Words a bare column name may not be (``total`` is the whole-domain query).
+_RESERVED = KEYWORDS | {"TOTAL"}
 
 
+@functools.lru_cache(maxsize=4096)
 def render_name(name: str) -> str:
     """An attribute name as query text: bare when it can be, else in double quotes (a
-    double quote inside doubled, as in SQL)."""
-    if _PLAIN_NAME.fullmatch(name) and name.upper() not in KEYWORDS | {"TOTAL"}:
+    double quote inside doubled, as in SQL). Cached: a schema has few names, and a
+    query's text names them once per box."""
+    if _PLAIN_NAME.fullmatch(name) and name.upper() not in _RESERVED:
         return name
     return '"' + name.replace('"', '""') + '"'
 
@@ -327,8 +346,12 @@ class Query:
         coverages: dict[str, IntervalSet],
         text: str = "",
         line: int | None = None,
+        *,
+        render: bool = True,
     ) -> Query:
-        """Build a query from attribute name -> coverage (tautologies are dropped)."""
+        """Build a query from attribute name -> coverage (tautologies are dropped); with
+        no ``text``, its canonical text is rendered, unless ``render`` is False (the
+        boxes of a union: ``str()`` still renders them on demand)."""
         for name in coverages:
             if name not in schema:
                 raise QueryError(f"unknown attribute {name!r}")
@@ -341,7 +364,7 @@ class Query:
             if cov != ((0, attr.size),):
                 preds.append(Predicate(attr, cov))
         q = cls(schema, tuple(preds), text, line)
-        if not text:
+        if not text and render:
             object.__setattr__(q, "text", q.to_text())
         return q
 

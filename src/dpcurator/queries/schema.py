@@ -63,6 +63,11 @@ _ARTICLE = {
 _BOOLEAN_VALUES = ("false", "true")
 
 
+def _quoted(text: str) -> str:
+    """``text`` as an SQL string literal (a quote inside doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _text(s: str) -> bool:
     """Whether ``s`` can be written as UTF-8 (no lone surrogates): every name and value
     ends up in JSON answers, the ledger and the dashboard."""
@@ -130,6 +135,9 @@ class Attribute:
     #: Grid types: (lo, unit): position p is the number (lo + p) * unit.
     _grid: tuple[int, Fraction] | None = field(default=None, compare=False, repr=False)
     _count: int = field(default=0, compare=False, repr=False)
+    #: A categorical's values written as query literals (rendering a query reads them
+    #: once per value it names: a union of IN lists names thousands).
+    _literals: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -147,6 +155,7 @@ class Attribute:
         getattr(self, f"_init_{self.type}")()
         if self.type != "categorical":
             object.__setattr__(self, "_index", {})
+            object.__setattr__(self, "_literals", ())
         if self.type in ("float", "timestamp", "date") and self._count > MAX_VALUES:
             raise SchemaError(
                 f"attribute {self.name!r}: {self._count} values, more than {MAX_VALUES} "
@@ -282,6 +291,7 @@ class Attribute:
             raise self._fail(f"duplicate value {dup!r}")
         object.__setattr__(self, "values", vals)
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_literals", tuple(_quoted(v) for v in vals))
         object.__setattr__(self, "_count", len(vals))
 
     def _set_grid(self, lo: int, hi: int, unit: Fraction) -> None:
@@ -461,6 +471,8 @@ class Attribute:
     def literal(self, position: int) -> str:
         """The value at ``position`` written as a query literal (``39.1``, ``'Male'``,
         ``TRUE``, ``'2013-06-01T00:00:00Z'``)."""
+        if self._literals and 0 <= position < self._count:
+            return self._literals[position]
         v = self.value(position)  # the missing value's own cell: its marker
         if isinstance(v, bool):
             return "TRUE" if v else "FALSE"
@@ -468,7 +480,7 @@ class Attribute:
             return str(v)
         if isinstance(v, float):
             return values.decimal_text(self.number(position))
-        return "'" + str(v).replace("'", "''") + "'"
+        return _quoted(str(v))
 
     def read(self, text: str) -> int | None:
         """The position a value written in the data loads as (a float rounded to its

@@ -375,6 +375,21 @@ def _limb_best(grid: SegmentGrid, ints: list[int], cand: np.ndarray) -> tuple[in
     return flat, sum(int(d[flat]) << (j * bits) for j, d in enumerate(digits))
 
 
+def _segments(size: int, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The cuts of one attribute of ``size`` positions (0, size and every box's ends,
+    sorted, distinct) and each box's start and stop as indices into them: by marking
+    positions when the attribute is small next to the boxes (no sort), else by sorting."""
+    if size <= 4 * len(lo) + 1024:
+        marks = np.zeros(size + 1, bool)
+        marks[0] = marks[size] = True
+        marks[lo] = True
+        marks[hi] = True
+        rank = np.cumsum(marks) - 1
+        return np.flatnonzero(marks), rank[lo], rank[hi]
+    cuts = np.unique(np.concatenate(([0, size], lo, hi)))
+    return cuts, np.searchsorted(cuts, lo), np.searchsorted(cuts, hi)
+
+
 def box_maximum(
     sizes: Sequence[int],
     lo: np.ndarray,
@@ -395,63 +410,74 @@ def box_maximum(
     cumulative sums; L(x) = sum_d w_d C_d(x). The float sum of those terms is within a
     relative (D + 2) 2^-53 of L(x) for D distinct weights (every term is non-negative),
     so every cell within a relative 2^-30 of the float maximum is a candidate, and the
-    candidates' distinct count vectors are weighed exactly in Python integers."""
+    candidates' distinct count vectors are weighed exactly in Python integers. When the
+    largest weight times the number of boxes stays below 2^62 (the curator's costs over
+    one common denominator, the usual case), L is summed in int64 directly, exactly,
+    and no candidates are needed."""
     live = np.all(hi > lo, axis=1)
-    lo, hi, codes = lo[live], hi[live], np.asarray(codes)[live]
+    lo, hi, codes = lo[live], hi[live], np.asarray(codes, dtype=np.int64)[live]
     k = len(sizes)
     if not len(lo):
         return 0, (0,) * k
     if not k:  # one point: every box holds it
         return sum(int(weights[int(c)]) for c in codes), ()
-    used, code = np.unique(codes, return_inverse=True)
-    try:
-        wf = np.array([float(weights[int(u)]) for u in used])
-    except OverflowError:
-        return None
+    present = np.bincount(codes)  # the codes index ``weights``: small non-negative ints
+    used = np.flatnonzero(present)
+    remap = np.zeros(len(present), np.int64)
+    remap[used] = np.arange(len(used))
+    code = remap[codes]
+    exact = [int(weights[int(u)]) for u in used]
     # only the attributes some box narrows: the others are one segment, every box's
-    full = list(sizes)
-    narrow = [
-        j for j in range(k) if (lo[:, j] > 0).any() or (hi[:, j] < full[j]).any()
-    ]  # fmt: skip
+    full = np.asarray(sizes, dtype=np.int64)
+    narrow = np.flatnonzero((lo > 0).any(axis=0) | (hi < full).any(axis=0)).tolist()
     if not narrow:  # every box is the whole domain
-        return sum(int(weights[int(c)]) for c in codes), (0,) * k
+        return sum(exact[int(c)] for c in code), (0,) * k
     lo, hi = lo[:, narrow], hi[:, narrow]
     m = len(narrow)
-    cuts = [np.unique(np.concatenate(([0, full[j]], lo[:, i], hi[:, i]))) for i, j in enumerate(narrow)]
+    cuts, starts, stops = [], [], []
+    for i, j in enumerate(narrow):
+        c, a, b = _segments(int(full[j]), lo[:, i], hi[:, i])
+        cuts.append(c)
+        starts.append(a)
+        stops.append(b)
     shape = tuple(len(c) - 1 for c in cuts)
     ext = tuple(n + 1 for n in shape)
     size = math.prod(ext)
     # the work: 2^m corner passes over the boxes and the grid
     if len(used) * size > limit or (1 << m) * (len(lo) + len(used) * size) > MAX_UPDATES:
         return None
-    starts = [np.searchsorted(cuts[i], lo[:, i]) for i in range(m)]
-    stops = [np.searchsorted(cuts[i], hi[:, i]) for i in range(m)]
-    base = code.astype(np.int64) * size
+    base = code * size
     diff = np.zeros(len(used) * size, np.int64)
     for corner in itertools.product((0, 1), repeat=m):
         deadlines.check()
-        at = np.ravel_multi_index(
-            [stops[j] if c else starts[j] for j, c in enumerate(corner)], ext
-        )
-        counts = np.bincount(base + at, minlength=len(diff)).astype(np.int64)
+        at = np.ravel_multi_index([stops[j] if c else starts[j] for j, c in enumerate(corner)], ext)
+        counts = np.bincount(base + at, minlength=len(diff))
         diff += -counts if sum(corner) % 2 else counts
     grid = diff.reshape(len(used), *ext)
     for axis in range(1, m + 1):
         np.cumsum(grid, axis=axis, out=grid)
     grid = grid[(slice(None), *(slice(0, n) for n in shape))].reshape(len(used), -1)
-    with np.errstate(over="ignore"):  # an overflow is seen below, and refused
-        approx = wf @ grid
-    top = float(approx.max())
-    if not math.isfinite(top):  # the float sums overflowed: no rigorous prefilter
-        return None
-    cand = np.flatnonzero(approx >= top * (1 - 2.0**-30))
-    vectors, first = np.unique(grid[:, cand].T, axis=0, return_index=True)
-    exact = [int(weights[int(u)]) for u in used]
-    best, at_cell = -1, int(cand[0])
-    for vec, f in zip(vectors.tolist(), first.tolist(), strict=True):
-        load = sum(w * c for w, c in zip(exact, vec, strict=True))
-        if load > best:
-            best, at_cell = load, int(cand[f])
+    if min(exact) >= 0 and max(exact) * len(lo) < 1 << 62:  # every load fits int64: exact
+        loads = np.array(exact, np.int64) @ grid
+        at_cell = int(np.argmax(loads))
+        best = int(loads[at_cell])
+    else:
+        try:
+            wf = np.array([float(w) for w in exact])
+        except OverflowError:
+            return None
+        with np.errstate(over="ignore"):  # an overflow is seen below, and refused
+            approx = wf @ grid
+        top = float(approx.max())
+        if not math.isfinite(top):  # the float sums overflowed: no rigorous prefilter
+            return None
+        cand = np.flatnonzero(approx >= top * (1 - 2.0**-30))
+        vectors, first = np.unique(grid[:, cand].T, axis=0, return_index=True)
+        best, at_cell = -1, int(cand[0])
+        for vec, f in zip(vectors.tolist(), first.tolist(), strict=True):
+            load = sum(w * c for w, c in zip(exact, vec, strict=True))
+            if load > best:
+                best, at_cell = load, int(cand[f])
     cell = np.unravel_index(at_cell, shape)
     point = [0] * k
     for i, j in enumerate(narrow):
