@@ -8,12 +8,17 @@ killed here with real signals.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import itertools
 import json
+import math
 import os
+import pickle
 import random
 import signal
+import termios
 import threading
 import time
 
@@ -158,6 +163,37 @@ def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path)
         c.close()
 
 
+def _unread(fd: int) -> int:
+    """Bytes in the pipe ``fd`` (either end) that its reader has not read yet."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0]
+
+
+def test_a_job_is_handed_over_whole_without_waiting_for_the_worker(tmp_path):
+    """A job of a hundred charges (about 75 kB, more than a pipe's default 64 kB) is
+    written whole into the pipe while its worker is stopped: a worker slow to run does
+    not hold the request in the handover."""
+    c = hard_curator(tmp_path, solver_processes=True)
+    procs = c._processes
+    assert procs is not None and procs.start() >= 1
+    try:
+        worker = procs._free[0]
+        os.kill(worker.process.pid, signal.SIGSTOP)
+        try:
+            job = ([0] * 40_000, None, 1.0, None, math.inf, None)  # not a real job: 80 kB
+            assert len(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)) > 65_536
+            assert worker.give(job, time.monotonic() + 1.0)  # at once, the worker stopped
+            assert _unread(worker.jobs) > 65_536
+        finally:
+            os.kill(worker.process.pid, signal.SIGCONT)
+        assert worker.recv.poll(30)  # it read the job once it ran, and answered it
+        ok, _ = worker.recv.recv()
+        assert ok is False  # (an error: the job was not a real one)
+    finally:
+        c.close()
+
+
 def test_a_late_worker_is_drained_and_serves_again(tmp_path):
     """A request that gives up on its worker (here: stopped by SIGSTOP past the
     deadline) is undecided at once, nothing charged; the worker is not killed: once it
@@ -188,8 +224,14 @@ def test_a_late_worker_is_drained_and_serves_again(tmp_path):
         else:
             t.join()
             pytest.skip("the request was decided without a worker")
-        time.sleep(0.1)  # the job read: stopped mid-search (a worker stopped before it
-        for pid in pids:  # has read its job is killed when the pipe is full: not here)
+        with procs._cond:
+            (busy,) = procs._busy
+        for _ in range(1000):  # until the worker has read its whole job (a worker stopped
+            if _unread(busy.jobs) == 0:  # before is killed if the job is half written)
+                break
+            time.sleep(0.005)
+        time.sleep(0.1)  # stopped mid-search
+        for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()

@@ -38,6 +38,7 @@ public requests and the server's load, never on the data.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -128,6 +129,22 @@ def serve(jobs: int, send: Connection) -> None:
             return
 
 
+#: Bytes a job's pipe holds (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by
+#: default): a job of a hundred charges is about 75 kB, more than the default 64 kB.
+PIPE_BYTES = 1 << 20
+
+
+def _widen(fd: int) -> None:
+    """Let the pipe ``fd`` hold :data:`PIPE_BYTES`, so that a job is handed over whole,
+    without waiting for the worker to read it: on a busy machine a worker may not run
+    for a while, and a request whose job is half written when its deadline passes must
+    kill the worker (a pipe with half a frame in it cannot be used again), where one
+    whose job was written whole only waits for it to finish. Where the size cannot be
+    set, jobs are written as the worker reads them, as before."""
+    with contextlib.suppress(AttributeError, OSError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[attr-defined]
+
+
 class _Worker:
     """One worker interpreter and the two ends of its pipes."""
 
@@ -142,6 +159,7 @@ class _Worker:
         #: where jobs are written, without blocking (see :meth:`give`)
         self.jobs = os.dup(self.process.stdin.fileno())
         os.set_blocking(self.jobs, False)
+        _widen(self.jobs)
         self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
         self.process.stdin.close()
         self.process.stdout.close()
