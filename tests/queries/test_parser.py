@@ -98,13 +98,74 @@ def test_conjunction_intersects_and_or_within_attribute() -> None:
         ("age IN (20 21)", "column 12: syntax error: expected ',' or ')'"),
         ("age NOT = 3", "expected IN or BETWEEN after NOT"),
         ("", "column 1: syntax error: expected a predicate"),
+        # text that stops early (these raised IndexError: a 500 over HTTP)
+        ("age BETWEEN", "column 12: syntax error: expected a value after BETWEEN"),
+        ("age BETWEEN 20", "column 15: syntax error: expected AND in BETWEEN"),
+        ("age NOT BETWEEN 20 AND", "column 23: syntax error: expected a value"),
+        ("age IN (20,", "column 12: syntax error: expected a value"),
+        ("  age = 30 ;  ", None),
+        ("age\u2003=\t30", None),
+        ("age = 30 \x1c", None),
+        ('"age" = "', "column 9: unterminated quoted name"),
+        ("age = 30 AND sex = ''Male'", "column 26: unterminated string"),
     ],
 )
-def test_query_errors(text: str, message: str) -> None:
+def test_query_errors(text: str, message: str | None) -> None:
+    if message is None:  # whitespace of every kind, and a closing semicolon, are fine
+        assert parse_query(text, SCHEMA) == parse_query("age = 30", SCHEMA)
+        return
     with pytest.raises(QueryError) as err:
         parse_query(text, SCHEMA)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+#: Queries using every construct of the grammar.
+EVERY_CONSTRUCT = (
+    "age BETWEEN 20 AND 30 AND NOT (sex = 'Male' OR education IN ('Masters', 'HS-grad'))",
+    "age NOT BETWEEN 20 AND 30 OR \"native-country\" NOT IN ('Côte d''Ivoire') ;",
+    "(age < 20 OR age >= 60) AND education > 'HS-grad' AND sex != 'Female' AND TRUE",
+    "age <> 30 OR age <= 18 OR age > 80 OR age == 45 OR FALSE OR total",
+)
+
+
+@pytest.mark.parametrize("text", EVERY_CONSTRUCT)
+def test_every_prefix_of_a_query_is_a_query_or_query_error(text: str) -> None:
+    """Text cut anywhere (a request sent half-written) parses or is a QueryError: a
+    parser that stepped past the end of its tokens raised IndexError on "age BETWEEN"."""
+    parse_query(text, SCHEMA)
+    for n in range(len(text)):
+        try:
+            parse_query(text[:n], SCHEMA)
+        except QueryError as err:
+            assert "\n" not in str(err)
+
+
+#: Pieces of query text, good and bad, that hostile text is made of.
+PIECES = [
+    "age", "sex", "education", '"native-country"', "AND", "OR", "NOT", "IN", "BETWEEN",
+    "IS", "NULL", "TRUE", "FALSE", "LIKE", "total", "'Male'", "'Côte d''Ivoire'", "'",
+    "''", '"', "(", ")", ",", ";", "=", "==", "!=", "<>", "<", "<=", ">", ">=", "17",
+    "-1", "30", "1.5", ".5", "1e3", "2e", "1.2.3", "-", " ", "\t", "\n", "\u00a0",
+    "\u2003", "\x1c", "é", "$", "SELECT",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=14), st.booleans())
+def test_any_text_is_a_query_or_one_line_query_error(pieces: list[str], spaced: bool) -> None:
+    """Whatever the text, parsing gives a query or a one-line QueryError (never another
+    exception: a server answers that with a 500), and an error's column lies within
+    the text (or just after its end)."""
+    text = (" " if spaced else "").join(pieces)
+    try:
+        parse_query(text, SCHEMA)
+    except QueryError as err:
+        message = str(err)
+        assert "\n" not in message
+        if message.startswith("column "):
+            col = int(message.split()[1].rstrip(":"))
+            assert 1 <= col <= len(text) + 1
 
 
 @st.composite

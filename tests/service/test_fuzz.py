@@ -70,7 +70,7 @@ WORDS = [
     "", " ", "age", "sex", "region", "score", "nope", "data", "north", "F",
     "age < 30", "age = 300", "age >= 18 AND sex = 'F'", "region IN ('north', 'east')",
     "age < 30 OR region = 'west'", "NOT sex = 'M'", "score BETWEEN 2 AND 5",
-    "(((age < 3)))", "age <", "sex = 'X'", "age < 1e400", "age < 99999999999999999999999",
+    "(((age < 3)))", "age <", "score BETWEEN", "age NOT BETWEEN 2 AND", "sex = 'X'", "age < 1e400", "age < 99999999999999999999999",
     "histogram(sex)", "histogram(age, bins=[0, 50, 100])", "marginal(sex, region)",
     "age < 30\nsex = 'F'", "age < 30\n\n\nhistogram(", "☃", "年齢 < 30", "\x00", "\ud7ff",
     "'; DROP TABLE charges; --", "%s%n", "a" * 300, "(" * 150 + "age < 3" + ")" * 150,

@@ -169,8 +169,11 @@ class _Parser:
         return self.toks[min(self.i + ahead, len(self.toks) - 1)]
 
     def next(self) -> _Tok:
+        """The next token; at the end, the end token again (never past it: text that
+        stops early gets a syntax error, not an IndexError)."""
         tok = self.toks[self.i]
-        self.i += 1
+        if tok.kind != "end":
+            self.i += 1
         return tok
 
     def fail(self, tok: _Tok, expected: str) -> QueryError:
@@ -371,6 +374,8 @@ class _Parser:
         elif op.kind == "kw" and op.text == "BETWEEN":
             self.require_ordered(term, op)
             low = self.next()
+            if low.kind == "end":
+                raise self.fail(low, "a value after BETWEEN")
             self.expect("kw", "AND", "AND in BETWEEN")
             cov = self.value_range(term, (low, False), (self.next(), True))
         else:
