@@ -13,7 +13,9 @@ The texts (``--n`` of each, seeded):
 * ``IN lists``: three ``cK IN ('vA', 'vB', ...)`` conjuncts over 12 categorical columns of
   20 values (the flood's batches in ``benchmarks/stall.py``);
 * ``ORs``: two to four such conjunctions joined by OR (the flood's hard counts);
-* ``mixed``: comparisons, NOT, IS NULL, parentheses, a string with a quote.
+* ``mixed``: comparisons, NOT, IS NULL, parentheses, a string with a quote;
+* ``padded``: a box followed by spaces up to 20,000 characters, the longest query text
+  a request may send (trailing whitespace once took a tokenizer quadratic time).
 
 Each row: the best of ``--repeat`` timings of parsing all ``--n`` texts, in microseconds
 per text, for this tree and (``--before``) another source tree, each in a subprocess of
@@ -71,7 +73,11 @@ def _mixed(rng: random.Random) -> str:
     )
 
 
-KINDS = {"boxes": _box, "IN lists": _in_lists, "ORs": _ors, "mixed": _mixed}
+def _padded(rng: random.Random) -> str:
+    return _box(rng) + " " * 19_950  # the longest text a request may send: 20,000
+
+
+KINDS = {"boxes": _box, "IN lists": _in_lists, "ORs": _ors, "mixed": _mixed, "padded": _padded}
 
 
 def measure(n: int, repeat: int) -> dict[str, float]:

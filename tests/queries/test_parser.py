@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,39 @@ def test_query_errors(text: str, message: str | None) -> None:
         parse_query(text, SCHEMA)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "age = 30" + " " * 1_000_000,
+        " " * 1_000_000,
+        "age" + "\u2003" * 1_000_000 + "= 30",
+        "age = 30" + "\t\n\x1c\x1f\x85\u2028" * 100_000 + ";" + " " * 100_000,
+    ],
+    ids=["trailing", "only", "inside", "mixed"],
+)
+def test_a_million_whitespace_characters_parse_at_once(text: str) -> None:
+    """Whitespace anywhere costs linear time. A tokenizer that searched through
+    trailing whitespace tried its pattern at every position of it: 20,000 spaces after
+    a count (the longest query text a request may send) took 35 s, the interpreter lock
+    held all along, every other request of the server waiting. A hang guard, not a
+    speed test: linear is milliseconds here, the bug was hours."""
+    t0 = time.monotonic()
+    try:
+        assert parse_query(text, SCHEMA) == parse_query("age = 30", SCHEMA)
+    except QueryError as err:
+        assert "expected a predicate" in str(err)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_number_of_thousands_of_digits_is_a_query_error() -> None:
+    """Python reads at most 4,300 digits into an integer (ValueError beyond: a 500)."""
+    for text in ("age = " + "9" * 5000, "age < 1." + "5" * 5000, "age IN (" + "1" * 1001 + ")"):
+        with pytest.raises(QueryError, match=r"column [0-9]+: a number of more than 1000 digits"):
+            parse_query(text, SCHEMA)
+    with pytest.raises(QueryError, match="outside the domain"):
+        parse_query("age = " + "9" * 1000, SCHEMA)
 
 
 #: Queries using every construct of the grammar.
@@ -325,6 +360,23 @@ def test_workload_file_errors(tmp_path: Path) -> None:
         parse_workload(p, SCHEMA)
     with pytest.raises(WorkloadError, match="cannot read workload"):
         parse_workload(tmp_path / "nope.txt", SCHEMA)
+
+
+def test_a_categoricals_literals_are_made_once_and_never_pickled() -> None:
+    """Rendering reads a categorical's values as literals, made at the first rendering;
+    a pickle (a solver's job carries the schema) leaves them out, and a copy with other
+    values renders its own."""
+    import dataclasses
+
+    a = SCHEMA.attribute("native-country")
+    assert a.literal(1) == "'Côte d''Ivoire'" and a._literals == ("'US'", "'Côte d''Ivoire'")
+    again = pickle.loads(pickle.dumps(a))
+    assert "_literals" not in again.__dict__ and again == a
+    assert again.literal(1) == "'Côte d''Ivoire'"
+    other = dataclasses.replace(a, values=("FR", "US"))
+    assert other.literal(0) == "'FR'" and other.literal(1) == "'US'"
+    with pytest.raises(TypeError):
+        Attribute("c", "categorical", values=("x",), _literals=("'y'",))  # type: ignore[call-arg]
 
 
 def test_attribute_positions() -> None:

@@ -38,7 +38,6 @@ public requests and the server's load, never on the data.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import math
@@ -129,20 +128,30 @@ def serve(jobs: int, send: Connection) -> None:
             return
 
 
-#: Bytes a job's pipe holds (Linux; at most /proc/sys/fs/pipe-max-size, 1 MiB by
-#: default): a job of a hundred charges is about 75 kB, more than the default 64 kB.
+#: The most bytes a job's pipe is widened to hold (Linux; at most
+#: /proc/sys/fs/pipe-max-size, 1 MiB by default).
 PIPE_BYTES = 1 << 20
 
 
-def _widen(fd: int) -> None:
-    """Let the pipe ``fd`` hold :data:`PIPE_BYTES`, so that a job is handed over whole,
-    without waiting for the worker to read it: on a busy machine a worker may not run
-    for a while, and a request whose job is half written when its deadline passes must
-    kill the worker (a pipe with half a frame in it cannot be used again), where one
-    whose job was written whole only waits for it to finish. Where the size cannot be
-    set, jobs are written as the worker reads them, as before."""
-    with contextlib.suppress(AttributeError, OSError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # type: ignore[attr-defined]
+def _widen(fd: int, need: int) -> None:
+    """Let the pipe ``fd`` hold ``need`` bytes (up to :data:`PIPE_BYTES`), so that a job
+    is handed over whole, without waiting for the worker to read it: on a busy machine a
+    worker may not run for a while, and a request whose job is half written when its
+    deadline passes must kill the worker (a pipe with half a frame in it cannot be used
+    again), where one whose job was written whole only waits for it to finish.
+
+    Only as wide as a job needs, when it needs it: the kernel counts every pipe's buffer
+    against its user (/proc/sys/fs/pipe-user-pages-soft, 64 MiB by default), and past
+    that gives that user's new pipes two pages each, this server's and every other
+    program's. Where the size cannot be set (another system, a limit reached), the job
+    is written as the worker reads it, as before."""
+    try:
+        import fcntl  # not on Windows
+
+        if need > fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ):  # type: ignore[attr-defined]
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(need, PIPE_BYTES))  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 class _Worker:
@@ -159,7 +168,6 @@ class _Worker:
         #: where jobs are written, without blocking (see :meth:`give`)
         self.jobs = os.dup(self.process.stdin.fileno())
         os.set_blocking(self.jobs, False)
-        _widen(self.jobs)
         self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
         self.process.stdin.close()
         self.process.stdout.close()
@@ -181,6 +189,7 @@ class _Worker:
         written leaves the pipe unusable: the caller kills the worker."""
         data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(_FRAME.pack(len(data)) + data)
+        _widen(self.jobs, len(view))
         while view:
             left = until - time.monotonic()
             if left <= 0:

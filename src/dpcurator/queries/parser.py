@@ -56,6 +56,9 @@ from dpcurator.queries.values import (
 MAX_QUERIES = 2_000_000
 #: Parentheses (and NOTs) may nest this deep (deeper text is refused, not a stack overflow).
 MAX_NESTING = 100
+#: A number in query text has at most this many characters (Python reads at most 4,300
+#: digits into an integer; no domain needs more than a few dozen).
+MAX_DIGITS = 1000
 
 #: One token after any whitespace, or the first character of something that is none
 #: (``bad``). The alternatives begin with distinct characters, so their order does not
@@ -95,10 +98,10 @@ class _Tok(NamedTuple):
 def _tokenize(text: str, offset: int) -> list[_Tok]:
     toks: list[_Tok] = []
     append = toks.append
-    for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
-        if kind is None:  # trailing whitespace
-            break
+    # up to the trailing whitespace: there no alternative matches, and a search through
+    # it would try the pattern at each of its positions (quadratic in its length)
+    for m in _TOKEN.finditer(text, 0, len(text.rstrip())):
+        kind = str(m.lastgroup)  # every match is one named alternative
         tok = m[kind]
         col = m.end() - len(tok) + 1 + offset
         if kind == "ident":
@@ -110,11 +113,17 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
         elif kind == "string":
             append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
         elif kind == "number":
+            if len(tok) > MAX_DIGITS:
+                raise QueryError(f"column {col}: a number of more than {MAX_DIGITS} digits")
             append(_Tok("number", tok, int(tok), col))
         elif kind == "op":
             append(_Tok("op", "=" if tok == "==" else tok, tok, col))
         elif kind == "qident":
             append(_Tok("qident", tok, tok[1:-1].replace('""', '"'), col))
+        elif kind == "decimal":
+            if len(tok) > MAX_DIGITS:
+                raise QueryError(f"column {col}: a number of more than {MAX_DIGITS} digits")
+            append(_Tok(kind, tok, tok, col))
         elif kind == "bad":
             if tok == "'":
                 raise QueryError(f"column {col}: unterminated string")

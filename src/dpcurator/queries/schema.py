@@ -135,9 +135,10 @@ class Attribute:
     #: Grid types: (lo, unit): position p is the number (lo + p) * unit.
     _grid: tuple[int, Fraction] | None = field(default=None, compare=False, repr=False)
     _count: int = field(default=0, compare=False, repr=False)
-    #: A categorical's values written as query literals (rendering a query reads them
-    #: once per value it names: a union of IN lists names thousands).
-    _literals: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    #: A categorical's values written as query literals, made at the first rendering
+    #: (which reads them once per value it names: a union of IN lists names thousands);
+    #: never pickled (see :meth:`__getstate__`).
+    _literals: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -155,7 +156,6 @@ class Attribute:
         getattr(self, f"_init_{self.type}")()
         if self.type != "categorical":
             object.__setattr__(self, "_index", {})
-            object.__setattr__(self, "_literals", ())
         if self.type in ("float", "timestamp", "date") and self._count > MAX_VALUES:
             raise SchemaError(
                 f"attribute {self.name!r}: {self._count} values, more than {MAX_VALUES} "
@@ -164,6 +164,13 @@ class Attribute:
         object.__setattr__(self, "_extra", False)  # derived below, whatever was passed
         if self.missing is not None:
             self._init_missing()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state a pickle keeps: without the rendered literals (a solver's job pickles
+        the schema; a categorical of 50,000 values would carry them twice)."""
+        state = dict(self.__dict__)
+        state.pop("_literals", None)
+        return state
 
     # --- construction, per type --------------------------------------------------------
 
@@ -291,7 +298,6 @@ class Attribute:
             raise self._fail(f"duplicate value {dup!r}")
         object.__setattr__(self, "values", vals)
         object.__setattr__(self, "_index", index)
-        object.__setattr__(self, "_literals", tuple(_quoted(v) for v in vals))
         object.__setattr__(self, "_count", len(vals))
 
     def _set_grid(self, lo: int, hi: int, unit: Fraction) -> None:
@@ -471,8 +477,12 @@ class Attribute:
     def literal(self, position: int) -> str:
         """The value at ``position`` written as a query literal (``39.1``, ``'Male'``,
         ``TRUE``, ``'2013-06-01T00:00:00Z'``)."""
-        if self._literals and 0 <= position < self._count:
-            return self._literals[position]
+        if self.type == "categorical" and 0 <= position < self._count:
+            literals = self._literals
+            if not literals:  # two threads may both make it: the same tuple
+                literals = tuple(_quoted(v) for v in self.values)
+                object.__setattr__(self, "_literals", literals)
+            return literals[position]
         v = self.value(position)  # the missing value's own cell: its marker
         if isinstance(v, bool):
             return "TRUE" if v else "FALSE"
