@@ -33,9 +33,12 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stall  # the flood's texts: its batches' IN lists and its hard ORs
+
 ROOT = Path(__file__).resolve().parent.parent
-ATTRS = [f"c{i}" for i in range(12)]
-VALUES = [f"v{j}" for j in range(20)]
+ATTRS, VALUES = stall.ATTRS, stall.VALUES
 SCHEMA = {
     "attributes": [
         {"name": "age", "type": "integer", "min": 0, "max": 99},
@@ -47,22 +50,10 @@ SCHEMA = {
 }
 
 
-def _box(rng: random.Random) -> str:
+def _box(rng: random.Random) -> str:  # as throughput_mix's varied counts
     a0, w0 = rng.randrange(100), rng.randrange(1, 53)
     a1, w1 = rng.randrange(a0, 100), rng.randrange(w0, 53)
     return f"age BETWEEN {a0} AND {a1} AND week BETWEEN {w0} AND {w1}"
-
-
-def _in_lists(rng: random.Random) -> str:
-    parts = []
-    for a in rng.sample(ATTRS, 3):
-        vals = [v for v in VALUES if rng.random() < 0.5] or [rng.choice(VALUES)]
-        parts.append(f"{a} IN ({', '.join(repr(v) for v in vals)})")
-    return " AND ".join(parts)
-
-
-def _ors(rng: random.Random) -> str:
-    return " OR ".join(f"({_in_lists(rng)})" for _ in range(rng.randint(2, 4)))
 
 
 def _mixed(rng: random.Random) -> str:
@@ -77,7 +68,13 @@ def _padded(rng: random.Random) -> str:
     return _box(rng) + " " * 19_950  # the longest text a request may send: 20,000
 
 
-KINDS = {"boxes": _box, "IN lists": _in_lists, "ORs": _ors, "mixed": _mixed, "padded": _padded}
+KINDS = {
+    "boxes": _box,
+    "IN lists": stall.conjunction,
+    "ORs": stall.hard_or,
+    "mixed": _mixed,
+    "padded": _padded,
+}
 
 
 def measure(n: int, repeat: int) -> dict[str, float]:

@@ -418,19 +418,26 @@ def test_every_truncation_of_a_real_segment_is_a_value_error():
             cp.decode_segment(data[:cut])
 
 
-@settings(max_examples=80)
+@settings(max_examples=160)
 @given(
     st.lists(
         st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
         min_size=1, max_size=25,
     ),
-    st.lists(st.integers(1, 2**200), min_size=3, max_size=3),
+    st.one_of(
+        st.lists(st.integers(1, 2**200), min_size=3, max_size=3),  # the float prefilter
+        st.lists(st.integers(0, 2**57), min_size=3, max_size=3),  # loads that fit int64
+    ),
+    st.sampled_from([3, 10**6]),
 )  # fmt: skip
-def test_box_maximum_is_the_brute_force_maximum_in_exact_integers(boxes, weights):
+def test_box_maximum_is_the_brute_force_maximum_in_exact_integers(boxes, weights, size):
+    """Exact for weights of any size (summed in int64 when the loads fit, else through
+    the float prefilter), on a second attribute of 3 or of a million positions (its
+    cuts sorted, not marked)."""
     lo = np.array([[min(a, b), min(c, d)] for a, b, c, d, _ in boxes], np.int64)
     hi = np.array([[max(a, b), max(c, d)] for a, b, c, d, _ in boxes], np.int64)
     codes = np.array([w for *_, w in boxes], np.int64)
-    got = box_maximum([4, 3], lo, hi, codes, weights)
+    got = box_maximum([4, size], lo, hi, codes, weights)
     assert got is not None
     value, point = got
 
@@ -440,8 +447,9 @@ def test_box_maximum_is_the_brute_force_maximum_in_exact_integers(boxes, weights
             if l0 <= x < h0 and l1 <= y < h1
         )
 
-    best = max(load(x, y) for x in range(4) for y in range(3))
-    assert value == best and load(*point) == best
+    ys = range(min(size, 5))  # beyond 3 no box reaches: 4 stands for them all
+    best = max(load(x, y) for x in range(4) for y in ys)
+    assert value == best and load(*point) == best and 0 <= point[1] < size
 
 
 # --- the command line and the anchor -------------------------------------------------------
@@ -585,36 +593,6 @@ def test_box_within_is_the_brute_force_maximum_over_the_query(specs, box, who):
         for x in points
     )  # fmt: skip
     assert got == want
-
-
-@settings(max_examples=80)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)),
-        min_size=1, max_size=25,
-    ),
-    st.lists(st.integers(0, 2**57), min_size=3, max_size=3),
-    st.sampled_from([3, 10**6]),
-)  # fmt: skip
-def test_box_maximum_of_small_weights_is_the_brute_force_maximum(boxes, weights, size):
-    """Weights whose sums fit int64 (summed there, exactly, no float prefilter), on a
-    second attribute of 3 or of a million positions (its cuts sorted, not marked)."""
-    lo = np.array([[min(a, b), min(c, d)] for a, b, c, d, _ in boxes], np.int64)
-    hi = np.array([[max(a, b), max(c, d)] for a, b, c, d, _ in boxes], np.int64)
-    codes = np.array([w for *_, w in boxes], np.int64)
-    got = box_maximum([4, size], lo, hi, codes, weights)
-    assert got is not None
-    value, point = got
-
-    def load(x, y):
-        return sum(
-            weights[w] for (l0, l1), (h0, h1), w in zip(lo.tolist(), hi.tolist(), codes.tolist(), strict=True)
-            if l0 <= x < h0 and l1 <= y < h1
-        )
-
-    ys = range(min(size, 5))  # beyond 3 no box reaches: 4 stands for them all
-    best = max(load(x, y) for x in range(4) for y in ys)
-    assert value == best and load(*point) == best and 0 <= point[1] < size
 
 
 def test_box_maximum_at_the_edge_of_int64_is_exact():

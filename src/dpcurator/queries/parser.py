@@ -104,6 +104,8 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
         kind = str(m.lastgroup)  # every match is one named alternative
         tok = m[kind]
         col = m.end() - len(tok) + 1 + offset
+        if len(tok) > MAX_DIGITS and kind in ("number", "decimal"):
+            raise QueryError(f"column {col}: a number of more than {MAX_DIGITS} digits")
         if kind == "ident":
             upper = tok.upper()
             if upper in KEYWORDS:
@@ -113,17 +115,11 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
         elif kind == "string":
             append(_Tok("string", tok, tok[1:-1].replace("''", "'"), col))
         elif kind == "number":
-            if len(tok) > MAX_DIGITS:
-                raise QueryError(f"column {col}: a number of more than {MAX_DIGITS} digits")
             append(_Tok("number", tok, int(tok), col))
         elif kind == "op":
             append(_Tok("op", "=" if tok == "==" else tok, tok, col))
         elif kind == "qident":
             append(_Tok("qident", tok, tok[1:-1].replace('""', '"'), col))
-        elif kind == "decimal":
-            if len(tok) > MAX_DIGITS:
-                raise QueryError(f"column {col}: a number of more than {MAX_DIGITS} digits")
-            append(_Tok(kind, tok, tok, col))
         elif kind == "bad":
             if tok == "'":
                 raise QueryError(f"column {col}: unterminated string")
