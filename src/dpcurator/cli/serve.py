@@ -531,6 +531,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
+    from dpcurator.service.http_protocol import BoundedHttpToolsProtocol
     from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
@@ -636,6 +637,7 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,
+            http=BoundedHttpToolsProtocol,
             log_level="warning",
             ssl_certfile=cert,
             ssl_keyfile=key,
