@@ -8,8 +8,8 @@ the time from launching ``dpcurator serve --demo`` to answered requests.
    127.0.0.1, beside the in-process ``AnalystSession.count`` of a :class:`Curator` on the
    same file in the same run. Budget PureDP(1e9), every count costs epsilon 1.0, so
    nothing is refused; both ledgers are durable SQLite files in the same temp directory.
-   Each server is measured twice: as shipped (HTTP parsed by httptools), and parsing
-   HTTP with uvicorn's pure-Python h11 (see ``H11``), as it did before.
+   Each server is measured twice: as shipped, and with TCP_NODELAY on its socket (see
+   ``NODELAY``), which removes a delayed-ACK stall of about 40 ms per response.
 2. Throughput (answered requests per second) with 1, 4 and 16 concurrent clients, each a
    thread with its own Client and its own analyst token, on 10^5 and 10^6 rows (both
    server variants); then in-process threads on one Curator, the backend counting
@@ -87,19 +87,26 @@ def _command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "dpcurator.cli"]
 
 
-#: ``dpcurator serve`` parsing HTTP with uvicorn's pure-Python h11, as it did before it
-#: used httptools (``dpcurator.service.http_protocol``): what the C parser saves.
-H11 = """
-import sys
-import dpcurator.service.http_protocol as protocol
-protocol.BoundedHttpToolsProtocol = "h11"  # uvicorn.Config(http="h11")
+#: ``dpcurator serve`` with TCP_NODELAY set on its listening socket (inherited by every
+#: accepted connection). The shipped command makes its socket with protocol 0, and
+#: asyncio sets TCP_NODELAY only on sockets whose protocol is IPPROTO_TCP, so each
+#: response's body waits for the client's delayed ACK (about 40 ms on Linux); this
+#: variant shows what HTTP costs without that stall.
+NODELAY = """
+import socket, sys
+_listen = socket.socket.listen
+def listen(self, *args):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and self.type == socket.SOCK_STREAM:
+        self.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return _listen(self, *args)
+socket.socket.listen = listen
 from dpcurator.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def _serve(h11: bool) -> list[str]:
-    return [sys.executable, "-c", H11, "serve"] if h11 else [*_command(), "serve"]
+def _serve(nodelay: bool) -> list[str]:
+    return [sys.executable, "-c", NODELAY, "serve"] if nodelay else [*_command(), "serve"]
 
 
 def fsync_ms(tmp: Path, n: int = 20) -> float:
@@ -147,13 +154,13 @@ class Server:
         args: Sequence[str],
         log: Path,
         *,
-        h11: bool = False,
+        nodelay: bool = False,
         env: dict[str, str] | None = None,
     ) -> None:
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [*_serve(h11), *args],
+            [*_serve(nodelay), *args],
             stdout=subprocess.PIPE,
             stderr=self._log,
             stdin=subprocess.DEVNULL,
@@ -217,7 +224,7 @@ def start_bench_server(
     schema: Path,
     tag: str,
     *,
-    h11: bool = False,
+    nodelay: bool = False,
     env: dict[str, str] | None = None,
     workers: int = 1,
 ) -> tuple[Server, Path]:
@@ -232,7 +239,7 @@ def start_bench_server(
         "--data", str(data), "--schema", str(schema), "--epsilon", str(BIG),
         "--ledger", str(ledger), "--config", str(config), "--host", "127.0.0.1", "--port", "0",
     ]  # fmt: skip
-    return Server(args, tmp / f"server-{tag}.log", h11=h11, env=env), ledger
+    return Server(args, tmp / f"server-{tag}.log", nodelay=nodelay, env=env), ledger
 
 
 def add_analysts(url: str, ledger: Path, n: int, env: dict[str, str] | None = None) -> list[str]:
@@ -377,7 +384,7 @@ class CountGate:
 
 # --- the parts ----------------------------------------------------------------------------
 
-VARIANTS = (("serve as shipped", False), ("serve on h11 (before)", True))
+VARIANTS = (("serve as shipped", False), ("serve + TCP_NODELAY", True))
 
 
 Target = tuple[str, list[str]]  # a server's URL and its analysts' tokens
@@ -391,8 +398,10 @@ def bench_servers(
     servers: list[Server] = []
     try:
         targets = []
-        for _, h11 in VARIANTS:
-            server, ledger = start_bench_server(tmp, data, schema, f"{rows}-{h11}", h11=h11)
+        for _, nodelay in VARIANTS:
+            server, ledger = start_bench_server(
+                tmp, data, schema, f"{rows}-{nodelay}", nodelay=nodelay
+            )
             servers.append(server)
             url = server.wait_ready()
             targets.append((url, add_analysts(url, ledger, tokens)))

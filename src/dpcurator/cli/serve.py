@@ -531,7 +531,6 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
-    from dpcurator.service.http_protocol import BoundedHttpToolsProtocol
     from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
@@ -637,7 +636,6 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,
-            http=BoundedHttpToolsProtocol,
             log_level="warning",
             ssl_certfile=cert,
             ssl_keyfile=key,
