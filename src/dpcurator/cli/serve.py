@@ -636,6 +636,15 @@ def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,
+            # h11, never httptools, which uvicorn picks when it is installed (as
+            # `uvicorn[standard]` and `fastapi[standard]` install it): its protocol
+            # queues every pipelined request of a read (one connection grew the server
+            # by 800 MB), keeps chunked trailers unbounded and adds them to the headers
+            # (an Authorization trailer authenticated), drops the body of a request
+            # with `Connection: Upgrade`, and answers a malformed request in place of
+            # the earlier request's charged answer. And no WebSocket: no route uses it.
+            http="h11",
+            ws="none",
             log_level="warning",
             ssl_certfile=cert,
             ssl_keyfile=key,
