@@ -12,6 +12,7 @@ URL`` (flushed), so that a script can read the port when ``--port 0`` picked a f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import shlex
@@ -48,6 +49,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   requests_per_second = 20      # per analyst
   burst = 40
   workers = 1                   # processes serving one port and ledger (--workers)
+  read_timeout = 30             # seconds a connection has to send a whole request
+  max_connections = 1000        # open at once; past it the longest-waiting is closed
   rate_limit_scope = "auto"     # shared: one bucket per analyst for every server on the
                                 # ledger (in its database, or a file beside a ledger
                                 # file); server: each its own; auto (default): shared
@@ -180,6 +183,8 @@ _KEYS = {
         "max_charges",
         "max_request_cells",
         "workers",
+        "read_timeout",
+        "max_connections",
     },
     "data": {"privacy_unit", "unit_name"},
     "privacy_unit": {"column", "max_rows", "name"},  # the older form of [data] privacy_unit
@@ -244,6 +249,16 @@ def _anchoring(
             f"got {every!r}"
         )
     return (True if anchor is None else anchor), float(every)
+
+
+def _at_most(
+    server: dict[str, Any], key: str, default: float, top: float, *, integer: bool = False
+):
+    """A positive ``[server] key`` of at most ``top`` (else a one-line error)."""
+    v = _positive(server, key, default, integer=integer)
+    if v > top:
+        raise InvalidParameter(f"--config: [server] {key} must be at most {top:,}, got {v!r}")
+    return v
 
 
 def _positive(server: dict[str, Any], key: str, default: float, *, integer: bool = False):
@@ -342,8 +357,6 @@ def _configured_unit(cfg: dict[str, Any]) -> Any:
 def _privacy_unit(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
     """The unit served: --privacy-unit replaces the config's whole unit (its name too),
     --unit-name alone renames the config's unit."""
-    import dataclasses
-
     unit = _configured_unit(cfg)  # checked even when the flag replaces it
     if args.privacy_unit is not None or unit is None:
         return options.privacy_unit_from(args)  # (refuses a name without a unit)
@@ -531,6 +544,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
+    from dpcurator.service.http_protocol import protocol, raise_fd_limit
     from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
@@ -571,6 +585,10 @@ def run(args: argparse.Namespace) -> int:
         requests_per_second=_positive(server, "requests_per_second", 20.0),
         burst=_positive(server, "burst", 40, integer=True),
         rate_scope=scope,
+        read_timeout=_at_most(server, "read_timeout", Limits.read_timeout, 86_400),
+        max_connections=_at_most(
+            server, "max_connections", Limits.max_connections, 1_000_000, integer=True
+        ),
     )
     time_limit = server.get("solver_time_limit", 5.0)
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
@@ -631,19 +649,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
         for line in _data_lines(curator):
             print(line)
+        fit = raise_fd_limit(limits.max_connections)
+        if fit < limits.max_connections and not quiet:
+            sys.stderr.write(
+                f"dpcurator serve: note: this process may open too few files for "
+                f"max_connections = {limits.max_connections} (ulimit -n); it holds at most "
+                f"{fit} connections at once\n"
+            )
         serve_interpreter.tune()
         print(f"listening on {url}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,
-            # h11, never httptools, which uvicorn picks when it is installed (as
-            # `uvicorn[standard]` and `fastapi[standard]` install it): its protocol
-            # queues every pipelined request of a read (one connection grew the server
-            # by 800 MB), keeps chunked trailers unbounded and adds them to the headers
-            # (an Authorization trailer authenticated), drops the body of a request
-            # with `Connection: Upgrade`, and answers a malformed request in place of
-            # the earlier request's charged answer. And no WebSocket: no route uses it.
-            http="h11",
+            # h11 (never httptools), a deadline for each request, a cap on connections;
+            # no WebSocket: no route uses it (dpcurator.service.http_protocol)
+            http=protocol(dataclasses.replace(limits, max_connections=fit)),
             ws="none",
             log_level="warning",
             ssl_certfile=cert,

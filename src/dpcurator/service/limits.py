@@ -34,6 +34,11 @@ class Limits:
     requests_per_second: float = 20.0
     burst: int = 40
     rate_scope: str = "auto"
+    #: Seconds a connection has to send a whole request (from its opening or its
+    #: previous answer), and how many connections may be open at once
+    #: (:mod:`dpcurator.service.http_protocol`).
+    read_timeout: float = 30.0
+    max_connections: int = 1000
 
 
 class BodySizeLimit:
