@@ -544,7 +544,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
-    from dpcurator.service.http_protocol import protocol, raise_fd_limit
+    from dpcurator.service.http_protocol import BACKLOG, protocol, raise_fd_limit
     from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
@@ -664,6 +664,7 @@ def run(args: argparse.Namespace) -> int:
             # h11 (never httptools), a deadline for each request, a cap on connections;
             # no WebSocket: no route uses it (dpcurator.service.http_protocol)
             http=protocol(dataclasses.replace(limits, max_connections=fit)),
+            backlog=BACKLOG,
             ws="none",
             log_level="warning",
             ssl_certfile=cert,

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import resource
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -41,9 +41,14 @@ from dpcurator.service.limits import Limits
 
 log = logging.getLogger(__name__)
 
-#: File descriptors kept for the server's own use beside its connections (the ledger,
-#: DuckDB, the solver workers' pipes, logs).
-RESERVED_FDS = 256
+#: Connections the event loop accepts at once (the listening socket's backlog, and how
+#: many asyncio accepts in one go before the protocol sees any: a burst of connections
+#: holds this many descriptors beyond the cap until the oldest are closed).
+BACKLOG = 128
+#: File descriptors kept beside the connections: for the server's own use (the ledger,
+#: DuckDB, the solver workers' pipes, logs) and a few bursts of accepted connections
+#: not yet closed (:data:`BACKLOG`).
+RESERVED_FDS = 512
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -52,6 +57,9 @@ class GuardedH11Protocol(H11Protocol):
 
     read_timeout: float = Limits.read_timeout
     max_connections: int = Limits.max_connections
+    #: The server's connections waiting for a request, longest-waiting first (a
+    #: dictionary used as an ordered set; each server's class has its own).
+    waiting: ClassVar[dict[GuardedH11Protocol, None]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,6 +96,7 @@ class GuardedH11Protocol(H11Protocol):
     def _await_request(self) -> None:
         self._stop_deadline()
         self.waiting_since = time.monotonic()
+        self.waiting[self] = None  # the newest
         self._deadline = self.loop.call_later(self.read_timeout, self._timed_out)
 
     def _arrived(self) -> None:
@@ -95,9 +104,10 @@ class GuardedH11Protocol(H11Protocol):
             self.cycle is not None and not self.cycle.response_complete
         ):
             self._stop_deadline()
-            self.waiting_since = None
 
     def _stop_deadline(self) -> None:
+        self.waiting_since = None
+        self.waiting.pop(self, None)
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -106,22 +116,17 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline = None
         if self.waiting_since is not None and not self.transport.is_closing():
             _note(f"a connection did not send a whole request in {self.read_timeout:g} s")
+            self._stop_deadline()
             self.transport.close()
 
     # --- the cap ------------------------------------------------------------------------
 
     def _make_room(self) -> None:
         """Close the connection that has waited longest for its request (this one, if
-        every other holds a request being answered)."""
-        waiting = [
-            c
-            for c in self.connections
-            if isinstance(c, GuardedH11Protocol)
-            and c.waiting_since is not None
-            and not c.transport.is_closing()
-        ]
-        oldest = min(waiting, key=lambda c: c.waiting_since or 0.0, default=self)
+        every other holds a request being answered): the first of :attr:`waiting`."""
+        oldest = next(iter(self.waiting), self)
         _note(f"more than max_connections = {self.max_connections} connections")
+        oldest._stop_deadline()
         oldest.transport.close()
 
 
@@ -150,7 +155,11 @@ def protocol(limits: Limits) -> type[GuardedH11Protocol]:
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
-        {"read_timeout": limits.read_timeout, "max_connections": limits.max_connections},
+        {
+            "read_timeout": limits.read_timeout,
+            "max_connections": limits.max_connections,
+            "waiting": {},
+        },
     )
 
 
