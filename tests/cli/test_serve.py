@@ -371,3 +371,23 @@ def test_a_fresh_server_says_how_to_add_an_analyst(files) -> None:
     p, lines = start([*base(files), "--port", "0"], files["dir"])
     stop(p)
     assert "analysts: 1 with a working token; add another with `dpcurator analysts add" in lines[0]
+
+
+def test_too_few_open_files_is_one_line_and_changes_nothing(files) -> None:
+    """A hard limit on open files too low to hold connections: refused before the
+    ledger is opened (a soft limit below the need is raised, as far as the hard one)."""
+    import resource
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))
+
+    p = subprocess.run(
+        [sys.executable, "-m", "dpcurator.cli", "serve", *map(str, base(files)), "--port", "0"],
+        capture_output=True,
+        text=True,
+        preexec_fn=low,
+        timeout=120,
+    )
+    assert p.returncode == 2 and p.stdout == ""
+    one_error_line(p.stderr, "too few files", "ulimit -n", "room for 0 connections")
+    assert not files["ledger"].exists()

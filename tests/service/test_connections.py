@@ -4,6 +4,8 @@ most ``max_connections`` are open, and what arrives in time is answered."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import socket
 import time
@@ -148,6 +150,70 @@ def test_past_max_connections_the_longest_waiting_is_closed(tmp_path: Path) -> N
             assert closed[-15:] == [False] * 15  # the newest are still open
             assert sum(not c for c in closed) <= 20
             assert _health(s) < 2  # a new connection made room for itself
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def _not_reading(server: Server, request: bytes) -> socket.socket:
+    """A connection that sends ``request`` and never reads: a small receive buffer and
+    segments, so that the server's output stays unsent (about 27 kB is taken)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.connect((host, int(port)))
+    sock.sendall(request)
+    return sock
+
+
+def _sockets(server: Server) -> int:
+    """How many sockets the server process holds open."""
+    fds = Path(f"/proc/{server.proc.pid}/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(fd).startswith("socket:")
+    return count
+
+
+#: A large answer (the API's description, about 78 kB) that needs no token.
+LARGE = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [LARGE + b"Connection: close\r\n\r\n", (LARGE + b"\r\n") * 3],
+    ids=["closed-with-output-unsent", "pipelined-answers-untaken"],
+)
+def test_a_client_that_does_not_take_its_answer_is_cut_off(quick: Server, request_bytes) -> None:
+    """asyncio keeps a closed connection open until its output is sent, and an answer
+    waits for the client to read: a client that never reads held its connection for
+    ever (with max_connections of them, the server answered nothing)."""
+    base = _sockets(quick)
+    held = [_not_reading(quick, request_bytes) for _ in range(10)]
+    try:
+        time.sleep(0.5)
+        assert _sockets(quick) >= base + 10  # held while the deadline runs
+        end = time.monotonic() + 5
+        while _sockets(quick) > base and time.monotonic() < end:
+            time.sleep(0.1)
+        assert _sockets(quick) <= base  # all cut off after read_timeout (1 s)
+    finally:
+        for sock in held:
+            sock.close()
+    assert _health(quick) < 2
+
+
+def test_at_the_cap_a_connection_not_taking_its_answer_makes_room(tmp_path: Path) -> None:
+    """max_connections clients that never read (the read deadline long): a new
+    connection closes one of them rather than be refused."""
+    with running(tmp_path, config="[server]\nmax_connections = 10\n") as s:
+        held = [_not_reading(s, LARGE + b"Connection: close\r\n\r\n") for _ in range(10)]
+        try:
+            time.sleep(0.5)
+            assert _health(s) < 2
+            assert _health(s) < 2
         finally:
             for sock in held:
                 sock.close()

@@ -12,6 +12,7 @@ URL`` (flushed), so that a script can read the port when ``--port 0`` picked a f
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import math
@@ -416,6 +417,12 @@ def _stoppable_server(config: Any, curator: Any) -> Any:
             super().__init__(config)
             self.curator = curator
 
+        async def startup(self, sockets: Any = None) -> None:
+            from dpcurator.service.http_protocol import noting_accept_errors
+
+            asyncio.get_running_loop().set_exception_handler(noting_accept_errors)
+            await super().startup(sockets=sockets)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             self.curator.stop()
             super().handle_exit(sig, frame)
@@ -544,7 +551,13 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from dpcurator.service import Limits, create_app
-    from dpcurator.service.http_protocol import BACKLOG, protocol, raise_fd_limit
+    from dpcurator.service.http_protocol import (
+        BACKLOG,
+        MIN_CONNECTIONS,
+        RESERVED_FDS,
+        protocol,
+        raise_fd_limit,
+    )
     from dpcurator.service.limits import RATE_SCOPES, SharedRateLimiter
 
     cfg = _config(args.config)
@@ -590,6 +603,12 @@ def run(args: argparse.Namespace) -> int:
             server, "max_connections", Limits.max_connections, 1_000_000, integer=True
         ),
     )
+    fit = raise_fd_limit(limits.max_connections)
+    if fit < min(MIN_CONNECTIONS, limits.max_connections):
+        raise InvalidParameter(
+            f"this process may open too few files to serve (ulimit -n): room for {fit} "
+            f"connections; raise the limit to at least {MIN_CONNECTIONS + RESERVED_FDS}"
+        )
     time_limit = server.get("solver_time_limit", 5.0)
     if isinstance(time_limit, bool) or not isinstance(time_limit, int | float):
         raise InvalidParameter(
@@ -649,7 +668,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"dashboard: {url}/dashboard (sign in with a token); the API: {url}/docs")
         for line in _data_lines(curator):
             print(line)
-        fit = raise_fd_limit(limits.max_connections)
         if fit < limits.max_connections and not quiet:
             sys.stderr.write(
                 f"dpcurator serve: note: this process may open too few files for "

@@ -10,13 +10,16 @@ connections from one client, opened in a second, left ``GET /v1/health`` unanswe
 
 What. A connection has :attr:`Limits.read_timeout` seconds to deliver each whole
 request (line, headers and body), counted from its opening or from the end of its
-previous answer; past it the connection is closed. A request that has arrived whole is
-never timed out here (deciding it has ``request_time_limit``). And at most
+previous answer, and as long again for its client to take any answer it has stopped
+taking (asyncio keeps even a *closed* connection open until its output is sent: a
+client that never reads would hold it for ever); past either, the connection is closed
+at once, its output dropped. A request that has arrived whole is never timed out while
+it is being decided (that has ``request_time_limit``). And at most
 :attr:`Limits.max_connections` connections are open at once: a new one past the cap
-closes the connection that has waited longest for its request (an attacker's held
-connections are old, a real client's request arrives within milliseconds), or, when
-every connection holds a request being answered, is closed itself. Neither reads a
-token or data, so neither reveals anything.
+closes a connection whose client is not taking its output, else the one that has
+waited longest for its request (an attacker's held connections are old, a real client's
+request arrives within milliseconds), else, when every connection holds a request being
+answered, itself. None of this reads a token or data, so it reveals nothing.
 
 Why h11 and never httptools (which uvicorn picks when it is installed, as
 ``uvicorn[standard]`` and ``fastapi[standard]`` install it): uvicorn's httptools
@@ -30,6 +33,7 @@ before it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
 import time
@@ -49,39 +53,64 @@ BACKLOG = 128
 #: DuckDB, the solver workers' pipes, logs) and a few bursts of accepted connections
 #: not yet closed (:data:`BACKLOG`).
 RESERVED_FDS = 512
+#: The fewest connections a server must be able to hold to start.
+MIN_CONNECTIONS = 32
+
+
+class _Transport:
+    """A connection's transport as uvicorn holds it: the same, except that a close
+    tells the protocol (:meth:`GuardedH11Protocol._closed`), since asyncio keeps a
+    closed connection open until the client has taken all of its output."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedH11Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._transport.close()
+        self._protocol._closed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request to arrive whole and a cap
-    on open connections (the module docstring says why). Made by :func:`protocol`."""
+    """uvicorn's h11 protocol with deadlines for a request to arrive and for an answer
+    to be taken, and a cap on open connections (the module docstring says why). Made
+    by :func:`protocol`."""
 
     read_timeout: float = Limits.read_timeout
     max_connections: int = Limits.max_connections
-    #: The server's connections waiting for a request, longest-waiting first (a
-    #: dictionary used as an ordered set; each server's class has its own).
+    #: The server's connections waiting for a request, and those whose client is not
+    #: taking their output (writing paused, or closed with output unsent), each
+    #: longest first (dictionaries used as ordered sets; each server's class has its
+    #: own): the ones a new connection past the cap closes, stuck ones first.
     waiting: ClassVar[dict[GuardedH11Protocol, None]] = {}
+    stuck: ClassVar[dict[GuardedH11Protocol, None]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: When this connection began waiting for its current request (None: a request
-        #: has arrived whole and is being answered).
-        self.waiting_since: float | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        self._raw: asyncio.Transport | None = None
+        self._read_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self._raw = transport
+        super().connection_made(_Transport(transport, self))  # type: ignore[arg-type]
         self._await_request()
         if len(self.connections) > self.max_connections:
             self._make_room()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_deadline()
+        self._stop_reading_deadline()
+        self._unstuck()
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.cycle is not None and not self.cycle.more_body:
-            self._arrived()  # the request is in whole (answered or not)
+        cycle = self.cycle
+        if cycle is not None and not cycle.more_body and not cycle.response_complete:
+            self._stop_reading_deadline()  # the request is in whole: it is answered
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # may start a pipelined request
@@ -91,43 +120,87 @@ class GuardedH11Protocol(H11Protocol):
         if cycle is None or cycle.response_complete or cycle.more_body:
             self._await_request()  # the next request, or the rest of its body
 
-    # --- the deadline -------------------------------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._stuck()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._raw is not None and not self._raw.is_closing():
+            self._unstuck()  # the client takes its output
+
+    # --- a request must arrive ----------------------------------------------------------
 
     def _await_request(self) -> None:
-        self._stop_deadline()
-        self.waiting_since = time.monotonic()
+        self._stop_reading_deadline()
         self.waiting[self] = None  # the newest
-        self._deadline = self.loop.call_later(self.read_timeout, self._timed_out)
+        self._read_deadline = self.loop.call_later(
+            self.read_timeout,
+            self._abort,
+            f"closed a connection that did not send a whole request in {self.read_timeout:g} s",
+        )
 
-    def _arrived(self) -> None:
-        if self.waiting_since is not None and (
-            self.cycle is not None and not self.cycle.response_complete
-        ):
-            self._stop_deadline()
-
-    def _stop_deadline(self) -> None:
-        self.waiting_since = None
+    def _stop_reading_deadline(self) -> None:
         self.waiting.pop(self, None)
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
 
-    def _timed_out(self) -> None:
-        self._deadline = None
-        if self.waiting_since is not None and not self.transport.is_closing():
-            _note(f"a connection did not send a whole request in {self.read_timeout:g} s")
-            self._stop_deadline()
-            self.transport.close()
+    # --- an answer must be taken --------------------------------------------------------
 
-    # --- the cap ------------------------------------------------------------------------
+    def _closed(self) -> None:
+        """The connection was closed (by uvicorn or here): it asks nothing more, and any
+        output left must be taken within the deadline."""
+        self._stop_reading_deadline()
+        if self._raw is not None and self._raw.get_write_buffer_size() > 0:
+            self._stuck()
+
+    def _stuck(self) -> None:
+        if self._write_deadline is None:
+            self.stuck[self] = None
+            self._write_deadline = self.loop.call_later(
+                self.read_timeout,
+                self._abort,
+                f"closed a connection whose client did not take its answer in {self.read_timeout:g} s",
+            )
+
+    def _unstuck(self) -> None:
+        self.stuck.pop(self, None)
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    # --- closing at once ----------------------------------------------------------------
+
+    def _abort(self, why: str) -> None:
+        """Close the connection at once, its unsent output dropped: a client that does
+        not take it would otherwise hold the connection for ever."""
+        _note(why)
+        self._stop_reading_deadline()
+        self._unstuck()
+        if self._raw is not None:
+            self._raw.abort()
 
     def _make_room(self) -> None:
-        """Close the connection that has waited longest for its request (this one, if
-        every other holds a request being answered): the first of :attr:`waiting`."""
-        oldest = next(iter(self.waiting), self)
-        _note(f"more than max_connections = {self.max_connections} connections")
-        oldest._stop_deadline()
-        oldest.transport.close()
+        """Close the connection whose client is not taking its output, longest first;
+        else the one that has waited longest for its request; else (every other is being
+        answered) this one."""
+        oldest = next(iter(self.stuck), None) or next(iter(self.waiting), self)
+        oldest._abort(
+            f"closed a connection: more than max_connections = {self.max_connections} open"
+        )
+
+
+def noting_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: an accept that failed for want of file
+    descriptors is noted (:func:`_note`), not logged with its traceback each time (a
+    burst of connections at the limit logged one a millisecond); anything else as
+    asyncio would."""
+    err = context.get("exception")
+    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+        _note("no file descriptor left to accept a connection (ulimit -n)")
+        return
+    loop.default_exception_handler(context)
 
 
 #: How often (seconds) :func:`_note` logs at most, per kind: connections closed by the
@@ -145,7 +218,7 @@ def _note(what: str) -> None:
         _noted[what] = (last, skipped + 1)
         return
     more = f" (and {skipped} more since the last note)" if skipped else ""
-    log.warning("closed a connection: %s%s", what, more)
+    log.warning("%s%s", what, more)
     _noted[what] = (now, 0)
 
 
@@ -159,6 +232,7 @@ def protocol(limits: Limits) -> type[GuardedH11Protocol]:
             "read_timeout": limits.read_timeout,
             "max_connections": limits.max_connections,
             "waiting": {},
+            "stuck": {},
         },
     )
 
@@ -178,4 +252,4 @@ def raise_fd_limit(max_connections: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return max_connections
-    return max(1, min(max_connections, soft - RESERVED_FDS))
+    return max(0, min(max_connections, soft - RESERVED_FDS))
