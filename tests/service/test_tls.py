@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -63,3 +64,33 @@ def test_queries_over_https(tmp_path: Path) -> None:
 def test_a_missing_ca_file_is_invalid_parameter(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match="verify="):
         Client("https://127.0.0.1:1", "dpc_token", verify=str(tmp_path / "nope.pem"))
+
+
+def test_connections_over_tls_close_cleanly_and_are_cut_off(tmp_path: Path) -> None:
+    """Over TLS, answers end their connections without an error in the log (uvicorn
+    closes a lost connection a second time, and a closed TLS transport cannot be asked
+    about its buffer: every connection logged a traceback), and a TLS connection that
+    sends no request is cut off after read_timeout."""
+    import socket
+    import ssl
+    import time
+
+    cert, key = self_signed(tmp_path)
+    config = "[server]\nread_timeout = 1\n"
+    with running(tmp_path, "--ssl-certfile", cert, "--ssl-keyfile", key, config=config) as s:
+        context = ssl.create_default_context(cafile=str(cert))
+        with httpx.Client(verify=context) as h:
+            for _ in range(5):
+                assert h.get(f"{s.url}/v1/health", headers={"Connection": "close"}).is_success
+        host, port = s.url.removeprefix("https://").split(":")
+        with context.wrap_socket(
+            socket.create_connection((host, int(port))), server_hostname=host
+        ) as tls:
+            tls.settimeout(10)
+            start = time.monotonic()
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                assert tls.recv(100) == b""  # closed by the server, nothing sent
+            assert time.monotonic() - start < 5
+        time.sleep(0.5)
+        log = s.log()
+        assert "Traceback" not in log and "Exception in callback" not in log, log[-2000:]

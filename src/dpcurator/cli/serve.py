@@ -50,8 +50,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   requests_per_second = 20      # per analyst
   burst = 40
   workers = 1                   # processes serving one port and ledger (--workers)
-  read_timeout = 30             # seconds a connection has to send a whole request
-  max_connections = 1000        # open at once; past it the longest-waiting is closed
+  read_timeout = 30             # seconds to send a whole request (or take an answer)
+  max_connections = 1000        # open at once; past it a stuck or idle one is closed
   rate_limit_scope = "auto"     # shared: one bucket per analyst for every server on the
                                 # ledger (in its database, or a file beside a ledger
                                 # file); server: each its own; auto (default): shared

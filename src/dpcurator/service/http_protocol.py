@@ -1,5 +1,6 @@
-"""How ``dpcurator serve`` holds its connections: uvicorn's h11 protocol, with a
-deadline for each request to arrive and a cap on open connections.
+"""How ``dpcurator serve`` holds its connections: uvicorn's h11 protocol, with
+deadlines for each request to arrive and each answer to be taken, and a cap on open
+connections.
 
 Why. uvicorn closes a connection only when it has sat idle ``timeout_keep_alive``
 seconds *between* requests, and one byte of a request cancels that timer: a
@@ -67,6 +68,8 @@ class _Transport:
         self._protocol = protocol
 
     def close(self) -> None:
+        if self._transport.is_closing():  # uvicorn closes again when the connection
+            return  # is lost; a closed TLS transport has no buffer left to ask about
         self._transport.close()
         self._protocol._closed()
 
@@ -104,6 +107,7 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_reading_deadline()
         self._unstuck()
+        self._raw = None
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
@@ -135,9 +139,19 @@ class GuardedH11Protocol(H11Protocol):
         self._stop_reading_deadline()
         self.waiting[self] = None  # the newest
         self._read_deadline = self.loop.call_later(
-            self.read_timeout,
-            self._abort,
-            f"closed a connection that did not send a whole request in {self.read_timeout:g} s",
+            self.read_timeout, self._read_timed_out, self._unsent()
+        )
+
+    def _read_timed_out(self, unsent: int) -> None:
+        """No whole request came in time: abort, unless the client is still taking the
+        previous answer (what is unsent shrank), which restarts the deadline."""
+        self._read_deadline = None
+        now = self._unsent()
+        if 0 < now < unsent:
+            self._read_deadline = self.loop.call_later(self.read_timeout, self._read_timed_out, now)
+            return
+        self._abort(
+            f"closed a connection that did not send a whole request in {self.read_timeout:g} s"
         )
 
     def _stop_reading_deadline(self) -> None:
@@ -152,17 +166,38 @@ class GuardedH11Protocol(H11Protocol):
         """The connection was closed (by uvicorn or here): it asks nothing more, and any
         output left must be taken within the deadline."""
         self._stop_reading_deadline()
-        if self._raw is not None and self._raw.get_write_buffer_size() > 0:
+        if self._unsent() > 0:
             self._stuck()
 
     def _stuck(self) -> None:
         if self._write_deadline is None:
             self.stuck[self] = None
             self._write_deadline = self.loop.call_later(
-                self.read_timeout,
-                self._abort,
-                f"closed a connection whose client did not take its answer in {self.read_timeout:g} s",
+                self.read_timeout, self._write_timed_out, self._unsent()
             )
+
+    def _write_timed_out(self, unsent: int) -> None:
+        """The client took none of its output in time: abort; if it took some, it has
+        as long again for the rest."""
+        self._write_deadline = None
+        now = self._unsent()
+        if 0 < now < unsent:
+            self._write_deadline = self.loop.call_later(
+                self.read_timeout, self._write_timed_out, now
+            )
+            return
+        self._abort(
+            f"closed a connection whose client did not take its answer in {self.read_timeout:g} s"
+        )
+
+    def _unsent(self) -> int:
+        """Bytes of output the client has not taken yet (beyond the kernel's buffer)."""
+        if self._raw is None:
+            return 0
+        try:
+            return self._raw.get_write_buffer_size()
+        except AttributeError:  # a TLS transport closed twice keeps no buffer
+            return 0
 
     def _unstuck(self) -> None:
         self.stuck.pop(self, None)
