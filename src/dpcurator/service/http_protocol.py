@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import resource
+import sys
 import time
 from typing import Any, ClassVar
 
@@ -144,10 +144,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def _read_timed_out(self, unsent: int) -> None:
         """No whole request came in time: abort, unless the client is still taking the
-        previous answer (what is unsent shrank), which restarts the deadline."""
+        previous answer (what is unsent shrank) or took the last of it meanwhile, which
+        restarts the deadline."""
         self._read_deadline = None
         now = self._unsent()
-        if 0 < now < unsent:
+        if (0 < now < unsent) or (now == 0 < unsent):
             self._read_deadline = self.loop.call_later(self.read_timeout, self._read_timed_out, now)
             return
         self._abort(
@@ -185,19 +186,26 @@ class GuardedH11Protocol(H11Protocol):
             self._write_deadline = self.loop.call_later(
                 self.read_timeout, self._write_timed_out, now
             )
-            return
-        self._abort(
-            f"closed a connection whose client did not take its answer in {self.read_timeout:g} s"
-        )
+        elif now == 0:
+            self._unstuck()  # all taken
+        else:
+            self._abort(
+                f"closed a connection whose client did not take its answer in "
+                f"{self.read_timeout:g} s"
+            )
 
     def _unsent(self) -> int:
-        """Bytes of output the client has not taken yet (beyond the kernel's buffer)."""
-        if self._raw is None:
+        """Bytes of output the client has not taken yet: in the transport's buffer and
+        in the kernel's send queue (Linux's SIOCOUTQ; elsewhere the buffer alone),
+        which holds megabytes of an answer once it has been handed over."""
+        raw = self._raw
+        if raw is None:
             return 0
         try:
-            return self._raw.get_write_buffer_size()
+            buffered = raw.get_write_buffer_size()
         except AttributeError:  # a TLS transport closed twice keeps no buffer
             return 0
+        return buffered + _kernel_unsent(raw.get_extra_info("socket"))
 
     def _unstuck(self) -> None:
         self.stuck.pop(self, None)
@@ -224,6 +232,19 @@ class GuardedH11Protocol(H11Protocol):
         oldest._abort(
             f"closed a connection: more than max_connections = {self.max_connections} open"
         )
+
+
+def _kernel_unsent(sock: Any) -> int:
+    """Bytes in ``sock``'s kernel send queue not yet acknowledged by the client (0 where
+    that cannot be asked)."""
+    try:
+        import fcntl  # not on Windows
+        import termios
+
+        out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (ImportError, AttributeError, OSError, ValueError):
+        return 0
+    return int.from_bytes(out, sys.byteorder, signed=True)
 
 
 def noting_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -276,6 +297,10 @@ def raise_fd_limit(max_connections: int) -> int:
     """Raise this process's soft limit on open files to hold ``max_connections``
     connections and :data:`RESERVED_FDS` more, as far as the hard limit allows; the
     connections that then fit (what the cap must not exceed)."""
+    try:
+        import resource  # not on Windows
+    except ImportError:
+        return max_connections
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max_connections + RESERVED_FDS
     if soft != resource.RLIM_INFINITY and soft < want:
