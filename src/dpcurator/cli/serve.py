@@ -252,13 +252,21 @@ def _anchoring(
     return (True if anchor is None else anchor), float(every)
 
 
-def _at_most(
-    server: dict[str, Any], key: str, default: float, top: float, *, integer: bool = False
+def _within(
+    server: dict[str, Any],
+    key: str,
+    default: float,
+    low: float,
+    high: float,
+    *,
+    integer: bool = False,
 ):
-    """A positive ``[server] key`` of at most ``top`` (else a one-line error)."""
+    """A positive ``[server] key`` in [low, high] (else a one-line error)."""
     v = _positive(server, key, default, integer=integer)
-    if v > top:
-        raise InvalidParameter(f"--config: [server] {key} must be at most {top:,}, got {v!r}")
+    if not low <= v <= high:
+        raise InvalidParameter(
+            f"--config: [server] {key} must be between {low:,} and {high:,}, got {v!r}"
+        )
     return v
 
 
@@ -598,9 +606,10 @@ def run(args: argparse.Namespace) -> int:
         requests_per_second=_positive(server, "requests_per_second", 20.0),
         burst=_positive(server, "burst", 40, integer=True),
         rate_scope=scope,
-        read_timeout=_at_most(server, "read_timeout", Limits.read_timeout, 86_400),
-        max_connections=_at_most(
-            server, "max_connections", Limits.max_connections, 1_000_000, integer=True
+        # a deadline of a few microseconds would close every connection at once
+        read_timeout=_within(server, "read_timeout", Limits.read_timeout, 0.01, 86_400),
+        max_connections=_within(
+            server, "max_connections", Limits.max_connections, 1, 1_000_000, integer=True
         ),
     )
     fit = raise_fd_limit(limits.max_connections)
