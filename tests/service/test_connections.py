@@ -224,3 +224,30 @@ def test_the_open_files_limit_holds_the_connections(server: Server) -> None:
     soft, hard = re.search(r"Max open files\s+(\S+)\s+(\S+)", limits).groups()
     if hard != "unlimited":
         assert soft == "unlimited" or int(soft) >= min(int(hard), 1000 + RESERVED_FDS)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"read_timeout": 5e-324},
+        {"read_timeout": 1e400},
+        {"read_timeout": float("nan")},
+        {"read_timeout": -1.0},
+        {"read_timeout": True},
+        {"read_timeout": "30"},
+        {"max_connections": 0},
+        {"max_connections": 10**9},
+        {"max_connections": 2.5},
+        {"max_connections": True},
+        {"max_connections": None},
+    ],
+)
+def test_a_hand_built_limit_out_of_range_is_refused(fields: dict) -> None:
+    import dataclasses
+
+    from dpcurator.errors import InvalidParameter
+    from dpcurator.service.http_protocol import protocol
+    from dpcurator.service.limits import Limits
+
+    with pytest.raises(InvalidParameter, match=r"read_timeout|max_connections"):
+        protocol(dataclasses.replace(Limits(), **fields))

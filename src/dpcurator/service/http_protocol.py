@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from dpcurator.errors import InvalidParameter
 from dpcurator.service.limits import Limits
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,13 @@ def _note(what: str) -> None:
 
 def protocol(limits: Limits) -> type[GuardedH11Protocol]:
     """:class:`GuardedH11Protocol` with ``limits``' read timeout and connection cap (a
-    class, as uvicorn's ``http`` setting takes one)."""
+    class, as uvicorn's ``http`` setting takes one). Limits out of range (a hand-built
+    :class:`Limits`) are an :class:`InvalidParameter`."""
+    t, n = limits.read_timeout, limits.max_connections
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0.01 <= t <= 86_400:
+        raise InvalidParameter(f"read_timeout must be 0.01 to 86400 seconds, got {t!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1_000_000:
+        raise InvalidParameter(f"max_connections must be an integer 1 to 1000000, got {n!r}")
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
