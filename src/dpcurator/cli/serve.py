@@ -561,7 +561,9 @@ def run(args: argparse.Namespace) -> int:
     from dpcurator.service import Limits, create_app
     from dpcurator.service.http_protocol import (
         BACKLOG,
+        MAX_CONNECTIONS_RANGE,
         MIN_CONNECTIONS,
+        READ_TIMEOUT_RANGE,
         RESERVED_FDS,
         protocol,
         raise_fd_limit,
@@ -606,10 +608,9 @@ def run(args: argparse.Namespace) -> int:
         requests_per_second=_positive(server, "requests_per_second", 20.0),
         burst=_positive(server, "burst", 40, integer=True),
         rate_scope=scope,
-        # a deadline of a few microseconds would close every connection at once
-        read_timeout=_within(server, "read_timeout", Limits.read_timeout, 0.01, 86_400),
+        read_timeout=_within(server, "read_timeout", Limits.read_timeout, *READ_TIMEOUT_RANGE),
         max_connections=_within(
-            server, "max_connections", Limits.max_connections, 1, 1_000_000, integer=True
+            server, "max_connections", Limits.max_connections, *MAX_CONNECTIONS_RANGE, integer=True
         ),
     )
     fit = raise_fd_limit(limits.max_connections)

@@ -57,6 +57,10 @@ BACKLOG = 128
 RESERVED_FDS = 512
 #: The fewest connections a server must be able to hold to start.
 MIN_CONNECTIONS = 32
+#: What :attr:`Limits.read_timeout` (seconds; a deadline of microseconds would close
+#: every connection at once) and :attr:`Limits.max_connections` may be.
+READ_TIMEOUT_RANGE = (0.01, 86_400)
+MAX_CONNECTIONS_RANGE = (1, 1_000_000)
 
 
 class _Transport:
@@ -267,7 +271,7 @@ _noted: dict[str, tuple[float, int]] = {}
 
 
 def _note(what: str) -> None:
-    """Log that a connection was closed because of ``what``: the first at once, then
+    """Log ``what`` (a connection closed, an accept failed): the first at once, then
     one line per :data:`NOTE_EVERY` seconds with how many there were."""
     now = time.monotonic()
     last, skipped = _noted.get(what, (-NOTE_EVERY, 0))
@@ -283,11 +287,12 @@ def protocol(limits: Limits) -> type[GuardedH11Protocol]:
     """:class:`GuardedH11Protocol` with ``limits``' read timeout and connection cap (a
     class, as uvicorn's ``http`` setting takes one). Limits out of range (a hand-built
     :class:`Limits`) are an :class:`InvalidParameter`."""
+    (t0, t1), (n0, n1) = READ_TIMEOUT_RANGE, MAX_CONNECTIONS_RANGE
     t, n = limits.read_timeout, limits.max_connections
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0.01 <= t <= 86_400:
-        raise InvalidParameter(f"read_timeout must be 0.01 to 86400 seconds, got {t!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1_000_000:
-        raise InvalidParameter(f"max_connections must be an integer 1 to 1000000, got {n!r}")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t0 <= t <= t1:
+        raise InvalidParameter(f"read_timeout must be {t0} to {t1} seconds, got {t!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not n0 <= n <= n1:
+        raise InvalidParameter(f"max_connections must be an integer {n0} to {n1}, got {n!r}")
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
