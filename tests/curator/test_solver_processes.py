@@ -21,12 +21,14 @@ import signal
 import termios
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from dpcurator import Curator
+from dpcurator.curator.solver_processes import NICENESS
 from dpcurator.errors import BudgetExceeded, InvalidParameter, Undecided
 from dpcurator.privacy import PureDP
 
@@ -351,6 +353,25 @@ def test_close_kills_every_worker(small, tmp_path):
     for p in workers:
         p.wait(5)
         assert p.poll() is not None
+
+
+def test_workers_search_at_a_lower_priority_than_the_server(small, tmp_path):
+    """A worker's niceness (the 19th field of /proc/PID/stat) is NICENESS above the
+    server's: the kernel gives the server's threads a core first."""
+
+    def niceness(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+    _, c = decisions(small, tmp_path, "p.db", True)
+    try:
+        procs = c._processes
+        assert procs is not None and procs._free
+        for w in procs._free:
+            assert niceness(w.process.pid) == min(19, niceness(os.getpid()) + NICENESS)
+        assert NICENESS == 10
+    finally:
+        c.close()
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])

@@ -29,9 +29,19 @@ limit (only while the first worker starts is a check run in the request's
 thread). They are not children made by
 :mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
 again, so a script's top-level code would run in every worker, and a script read from
-stdin could start none. At most ``workers`` run; the curator's solver pool
-(:mod:`dpcurator.curator.solver_pool`) already bounds how many checks run at once and
-shares them fairly between analysts. Which requests wait or time out depends on the
+stdin could start none.
+
+Workers run at :data:`NICENESS` 10: the kernel gives a core to the server (its event loop,
+the requests' threads, the group commit) whenever it wants one, and the search takes the
+rest, so a flood of exact checks slows other checks, not every request. Measured
+(benchmarks/stall.py, 2 cores, three runs each): under the flood a malformed token's 401
+took 3 ms at p50 and 20-48 ms at most (6-7 ms and 35-132 ms at niceness 0), the victim's
+trivial count 10-14 ms at p50 (22-25 ms), and the flood's own hard requests were answered
+or refused as often. (Earlier attempts failed only because a worker slow to read its
+job was killed instead of drained; a job's pipe now holds the whole job.)
+
+At most ``workers`` run; the curator's solver pool (:mod:`dpcurator.curator.solver_pool`)
+already bounds how many checks run at once and shares them fairly between analysts. Which requests wait or time out depends on the
 public requests and the server's load, never on the data.
 """
 
@@ -77,6 +87,9 @@ LOCAL_CELLS = 50_000
 DRAIN = 2.0
 #: Seconds a starting worker has to say it is ready before it is given up.
 START_TIMEOUT = 60.0
+#: The workers' niceness (Unix's ``nice``): the search takes the cores the server's
+#: threads leave (see the module docstring).
+NICENESS = 10
 
 _log = logging.getLogger(__name__)
 
