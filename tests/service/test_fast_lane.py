@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -288,3 +289,17 @@ def test_unusual_headers_go_to_fastapi(pair) -> None:
 def test_any_count_body_is_answered_the_same_way(pair, fields: dict) -> None:
     a, b, _ = pair
     same(a, b, "bob", "/v1/count", fields)
+
+
+def test_a_route_an_earlier_one_shadows_is_left_to_fastapi() -> None:
+    """The lane takes a path only where Starlette's router would pick that route."""
+    api = FastAPI()
+    hop = one_hop(api.state)
+
+    @api.post("/v1/{anything}")
+    def catch_all(anything: str) -> dict:
+        return {}
+
+    for path in ("/v1/count", "/v2/count"):
+        api.post(path, response_model=m.AnswerOut)(hop(_raising(RuntimeError())))
+    assert set(lanes(api)) == {"/v2/count"}

@@ -41,6 +41,7 @@ from starlette._utils import is_async_callable
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The one header value of a body the lane takes (FastAPI takes more: those go to it).
@@ -69,6 +70,7 @@ def lanes(api: FastAPI) -> dict[str, Lane]:
         if (
             route.body_field is None
             or [p.name for p in d.body_params] != ["body"]
+            or len(d.dependencies) != 1  # the caller's, and nothing else
             or d.path_params
             or d.query_params
             or d.header_params
@@ -78,8 +80,19 @@ def lanes(api: FastAPI) -> dict[str, Lane]:
             or not isinstance(route.response_class, DefaultPlaceholder)
         ):
             continue
-        found[route.path] = Lane(route, call)
+        if _first_match(api, route.path) is route:  # no earlier route takes its requests
+            found[route.path] = Lane(route, call)
     return found
+
+
+def _first_match(api: FastAPI, path: str) -> object:
+    """The route Starlette's router gives a POST to ``path`` (the first that matches
+    it fully), or None."""
+    scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
+    for route in api.router.routes:
+        if route.matches(scope)[0] == Match.FULL:
+            return route
+    return None
 
 
 class FastLane:
