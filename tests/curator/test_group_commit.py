@@ -24,7 +24,7 @@ import pytest
 from dpcurator import Curator
 from dpcurator.curator.admission import Request, coverage_json, revalidate
 from dpcurator.curator.group_commit import Entry, GroupCommit
-from dpcurator.errors import BudgetExceeded, LedgerError
+from dpcurator.errors import BudgetExceeded, LedgerError, QueryError
 from dpcurator.privacy import PureDP
 
 
@@ -331,3 +331,53 @@ def test_kill_9_under_grouped_commits_every_returned_answer_is_charged(files, pl
         charged = {h.charge_id for h in c.history()}
         assert set(returned) <= charged  # every answer that left was charged
         assert len(charged) == c._ledger.head[0]
+
+
+def test_a_request_the_ledger_cannot_record_fails_alone_before_any_group(curator):
+    """Text holding half of a surrogate pair (a JSON body can send ``"\\ud800"`` alone)
+    cannot be hashed as UTF-8. It is refused before its request joins a group; before,
+    its charge failed inside the group's transaction and took every request committed
+    with it (500s for other analysts). The ledger's lock is held so that the requests
+    queue into one group behind a first one."""
+    from dpcurator.curator.requests import canonical_query
+
+    c = curator
+    q = canonical_query("a = 3", c._schema("data"))
+    bad = Request(q, Fraction(1, 1000), "count", "a = 3 \ud800", "discrete_laplace")
+    out: dict[str, object] = {}
+
+    def send(name: str, work) -> None:
+        try:
+            out[name] = work()
+        except BaseException as err:  # the assertion is on what it raised
+            out[name] = err
+
+    def thread(name: str, work) -> threading.Thread:
+        t = threading.Thread(target=send, args=(name, work))
+        t.start()
+        return t
+
+    def count() -> object:
+        return c.count("a = 3", epsilon=0.001)
+
+    def wait(condition) -> None:
+        for _ in range(1000):
+            if condition():
+                return
+            time.sleep(0.01)
+        raise AssertionError("timed out")
+
+    with c._ledger.lock:
+        first = thread("first", count)
+        wait(lambda: c._commits._writing)  # its writer waits for the lock
+        second = thread("second", count)
+        wait(lambda: len(c._commits._queue) == 1)  # queued behind it
+        third = thread("bad", lambda: c._charge("data", [bad], None, None))
+        wait(lambda: "bad" in out or len(c._commits._queue) == 2)
+    for t in (first, second, third):
+        t.join(30)
+    assert isinstance(out["bad"], QueryError), out["bad"]
+    assert "U+D800, half of a surrogate pair" in str(out["bad"])
+    assert not isinstance(out["first"], BaseException), out["first"]
+    assert not isinstance(out["second"], BaseException), out["second"]
+    assert len(c.ledger.charges_after(0)) == 2  # the good ones, and nothing else

@@ -215,6 +215,21 @@ def test_refusals_charge_nothing(two_tables, text, message):
     assert c.remaining() == 10
 
 
+@pytest.mark.parametrize(
+    "alias", ['"\ud800"', '`a\udfff`', "n -- \ud83d", "n /* \udc00 */"], ids=range(4)
+)
+def test_half_a_surrogate_pair_anywhere_is_refused_and_charges_nothing(two_tables, alias):
+    """JSON can send ``"\\ud800"`` alone: no UTF-8 encodes it, so the ledger could not
+    record it (before, its charge failed in the group's commit, and with it every request
+    committed alongside: 500s for other analysts)."""
+    c = two_tables
+    with pytest.raises(QueryError, match=r"^SQL: column \d+: U\+D[89A-F][0-9A-F]{2} is half of a"):
+        c.sql(f"{DP} COUNT(*) AS {alias} FROM f")
+    assert c.ledger.charges_after(0) == []
+    r = c.sql(f'{DP} COUNT(*) AS "\U0001f600" FROM f')  # a whole pair: a character
+    assert r.columns[0] == "\U0001f600"
+
+
 def test_a_join_answers_and_explain_charges_nothing(two_tables):
     c = two_tables
     e = c.sql(f"EXPLAIN {DP} COUNT(*) AS n FROM f JOIN g USING (id) WHERE kind = 'a'")

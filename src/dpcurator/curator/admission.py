@@ -49,7 +49,7 @@ from dpcurator.curator.overlap_filter import Charge, Decision, OverlapFilter
 from dpcurator.curator.solver_pool import SolverPool
 from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
-from dpcurator.errors import Undecided
+from dpcurator.errors import QueryError, Undecided
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.predicates import disjoint
@@ -211,6 +211,21 @@ def _fork(ledger: Ledger, filt: OverlapFilter, sync: Callable[[], None]) -> Over
         return filt.fork()
 
 
+def _recordable(r: Request) -> None:
+    """Refuse a request whose texts hold half of a surrogate pair (a JSON body can send
+    one alone): no UTF-8 encodes it, so the ledger could not hash its charge, and that
+    failure, inside a group's transaction, would fail every request of the group."""
+    for text in (r.request, r.kind, r.noise):
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise QueryError(
+                    f"the request holds U+{ord(text[err.start]):04X}, half of a surrogate "
+                    "pair, not a character"
+                ) from None
+
+
 def check_and_charge(
     commits: GroupCommit,
     ledger: Ledger,
@@ -241,6 +256,8 @@ def check_and_charge(
     """
     made: Sequence[object] | None = None
     aborted: TransactionAborted | None = None
+    for r in batch:  # what the ledger cannot record is refused here, not in a group's commit
+        _recordable(r)
     coverages = [ledger.coverage(coverage_json(r.query)) for r in batch]  # before the lock
     for _ in range(FORK_ATTEMPTS):
         deadlines.check()

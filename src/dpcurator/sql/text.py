@@ -49,6 +49,11 @@ class PreParsed:
     has_clause: bool
 
 
+#: A code point of the surrogate range: in a Python text, half of a pair (a JSON body's
+#: ``"\\ud800"`` alone).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def tokens(text: str) -> list[Token]:
     try:
         return _DIALECT.tokenize(text)
@@ -66,6 +71,12 @@ def pre_parse(text: object) -> PreParsed:
         raise QueryError(f"SQL must be text, got {type(text).__name__}")
     if len(text) > MAX_SQL:
         raise QueryError(f"SQL of {len(text)} characters exceeds {MAX_SQL}")
+    lone = _SURROGATE.search(text)
+    if lone is not None:  # (no Unicode text holds one: it could not be recorded)
+        raise QueryError(
+            f"SQL: column {lone.start() + 1}: U+{ord(lone.group()):04X} is half of a "
+            "surrogate pair, not a character"
+        )
     explain = False
     m = re.match(r"\s*EXPLAIN\b", text, re.IGNORECASE)
     if m is not None:  # sqlglot reads EXPLAIN as a command that swallows the rest
