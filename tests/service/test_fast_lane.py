@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,8 +30,8 @@ from dpcurator.privacy import PureDP
 from dpcurator.queries import Schema
 from dpcurator.service import Limits, create_app
 from dpcurator.service import models as m
-from dpcurator.service.app import Caller, one_hop
-from dpcurator.service.fast_lane import FastLane, lanes
+from dpcurator.service.app import Caller, ServiceError, _unverified_caller, one_hop
+from dpcurator.service.fast_lane import MAX_BODY, FastLane, lanes
 
 SCHEMA = {
     "attributes": [
@@ -134,7 +134,7 @@ def same(a: Served, b: Served, who: str | None, path: str, body: bytes | dict) -
 
 def test_the_lane_takes_the_post_query_routes_and_nothing_else(pair) -> None:
     a, _, _ = pair
-    assert set(lanes(a.app)) == {
+    assert set(lanes(a.app, _unverified_caller)) == {
         *(f"/v1/{r}" for r in ("count", "units", "sql", "histogram", "marginal", "sum")),
         *(f"/v1/{r}" for r in ("mean", "variance", "stdev", "share", "quantile")),
         *(f"/v1/{r}" for r in ("quantiles", "median", "release", "estimate")),
@@ -300,6 +300,31 @@ def test_a_route_an_earlier_one_shadows_is_left_to_fastapi() -> None:
     def catch_all(anything: str) -> dict:
         return {}
 
+    def deny() -> None:
+        raise RuntimeError("a guard the lane would skip")
+
     for path in ("/v1/count", "/v2/count"):
         api.post(path, response_model=m.AnswerOut)(hop(_raising(RuntimeError())))
-    assert set(lanes(api)) == {"/v2/count"}
+    # another dependency than the caller's, or FastAPI's own body limit: FastAPI's
+    api.post("/v3/count", response_model=m.AnswerOut, dependencies=[Depends(deny)])(
+        hop(_raising(RuntimeError()))
+    )
+    api.post("/v4/count", response_model=m.AnswerOut, max_body_size=10)(
+        hop(_raising(RuntimeError()))
+    )
+    assert set(lanes(api, _unverified_caller)) == {"/v2/count"}
+
+
+def test_overridden_dependencies_and_long_bodies_go_to_fastapi(pair) -> None:
+    a, b, taken = pair
+    padded = b'{"query": "age < 3", "epsilon": 0.1}' + b" " * MAX_BODY
+    assert same(a, b, "bob", "/v1/count", padded).status_code == 200
+    assert taken == []  # read once, by FastAPI
+    for s in (a, b):
+        s.app.dependency_overrides[_unverified_caller] = _no_one
+    r = same(a, b, "bob", "/v1/count", {"query": "age < 3", "epsilon": 0.1})
+    assert r.status_code == 401 and taken == []
+
+
+async def _no_one() -> None:
+    raise ServiceError("unauthorized", "no one, in this test")

@@ -303,7 +303,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         },
     )
     # (the last added is the outermost: the lane is given bodies already read whole)
-    app.add_middleware(FastLane, api=app, bearer=_bearer)
+    app.add_middleware(FastLane, api=app, bearer=_bearer, caller=_unverified_caller)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
     app.state.ledger = ledger
     app.state.rate = rate

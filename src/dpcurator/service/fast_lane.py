@@ -39,6 +39,7 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute, serialize_response
 from starlette._utils import is_async_callable
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -46,6 +47,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The one header value of a body the lane takes (FastAPI takes more: those go to it).
 _JSON = b"application/json"
+#: Bodies longer than this go to FastAPI: the lane saves a fixed cost per request, and
+#: a long body it read and found invalid would be read twice.
+MAX_BODY = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,10 @@ class Lane:
     call: Callable[[str, Any], Any]
 
 
-def lanes(api: FastAPI) -> dict[str, Lane]:
+def lanes(api: FastAPI, caller: Callable[..., Any]) -> dict[str, Lane]:
     """The routes of ``api`` the lane can answer, by path: POST one-hop routes of one
-    JSON body parameter (``body``) and the caller, and nothing else."""
+    JSON body parameter (``body``) and one dependency, ``caller`` (the one-hop caller),
+    and nothing else."""
     found: dict[str, Lane] = {}
     for route in api.routes:
         call = getattr(getattr(route, "endpoint", None), "one_hop", None)
@@ -70,7 +75,8 @@ def lanes(api: FastAPI) -> dict[str, Lane]:
         if (
             route.body_field is None
             or [p.name for p in d.body_params] != ["body"]
-            or len(d.dependencies) != 1  # the caller's, and nothing else
+            or [sub.call for sub in d.dependencies] != [caller]  # and nothing else
+            or getattr(route, "max_body_size", None) is not None  # (FastAPI's own limit)
             or d.path_params
             or d.query_params
             or d.header_params
@@ -99,17 +105,26 @@ class FastLane:
     """ASGI middleware, inside :class:`~dpcurator.service.limits.BodySizeLimit` (see the
     module docstring); ``api`` is the application whose routes it answers."""
 
-    def __init__(self, app: ASGIApp, api: FastAPI, bearer: Callable[[str | None], str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        api: FastAPI,
+        bearer: Callable[[str | None], str],
+        caller: Callable[..., Any],
+    ) -> None:
         self.app = app
         self.api = api
         self.bearer = bearer
         # built with the middleware stack, at the first request: every route exists
-        self.lanes = lanes(api)
+        self.lanes = lanes(api, caller)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = (
             self.lanes.get(scope["path"])
-            if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path")
+            if scope["type"] == "http"
+            and scope["method"] == "POST"
+            and not scope.get("root_path")
+            and not self.api.dependency_overrides  # (tests': FastAPI applies them)
             else None
         )
         if lane is None:
@@ -149,11 +164,16 @@ class FastLane:
                 if is_async_callable(handler)
                 else await run_in_threadpool(handler, request, err)
             )
+            err.__traceback__ = None  # (as Starlette: a reused exception keeps none)
         await response(scope, receive, send)
 
     def _take(self, scope: Scope, message: Message) -> tuple[str, Any] | None:
         """The token and validated body of a request the lane answers, else None."""
-        if message["type"] != "http.request" or message.get("more_body", False):
+        if (
+            message["type"] != "http.request"
+            or message.get("more_body", False)
+            or len(message.get("body", b"")) > MAX_BODY
+        ):
             return None
         authorization: list[bytes] = []
         content_type: list[bytes] = []
@@ -178,8 +198,13 @@ class FastLane:
 
     def _handler(self, err: Exception) -> Callable[..., Any] | None:
         """The application's handler of ``err``, as Starlette's ExceptionMiddleware
-        looks it up (the server-error handler, of ``Exception``, is not one of them)."""
+        looks it up: an HTTPException's by its status, else by the exception's classes
+        (the server-error handler, of ``Exception`` or 500, is not one of them)."""
         handlers = self.api.exception_handlers
+        if isinstance(err, HTTPException) and err.status_code != 500:
+            by_status = handlers.get(err.status_code)
+            if by_status is not None:
+                return by_status
         for cls in type(err).__mro__:
             if cls is Exception:
                 return None
