@@ -8,6 +8,7 @@ cannot start give one line and exit 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,6 +37,17 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def _still(pids: set[int], s) -> str:
+    """What a failure says: each pid still alive, its state and command, the log's end."""
+    said = []
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            said.append(f"{pid}: {stat[: stat.index(')') + 3]} {command!r}")
+    return "; ".join(said) + "\nlog: " + s.log()[-3000:]
 
 
 def wait_for(condition, seconds: float = 60.0) -> bool:
@@ -120,7 +132,7 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path):
         children = workers_of(s.proc.pid)
         assert len(children) == 2
         s.kill9()
-        assert wait_for(lambda: not any(alive(p) for p in children), 30)
+        assert wait_for(lambda: not any(alive(p) for p in children), 30), _still(children, s)
     finally:
         s.stop()
 
