@@ -34,10 +34,11 @@ stdin could start none.
 Workers run at :data:`NICENESS` 10: the kernel gives a core to the server (its event loop,
 the requests' threads, the group commit) whenever it wants one, and the search takes the
 rest, so a flood of exact checks slows other checks, not every request. Measured
-(benchmarks/stall.py, 2 cores, three runs each): under the flood a malformed token's 401
-took 3 ms at p50 and 20-48 ms at most (6-7 ms and 35-132 ms at niceness 0), the victim's
-trivial count 10-14 ms at p50 (22-25 ms), and the flood's own hard requests were answered
-or refused as often. (Earlier attempts failed only because a worker slow to read its
+(benchmarks/stall.py, 2 cores, four runs each): under the flood a malformed token's 401
+took 3 ms at p50 and 20-55 ms at most (6-7 ms and 35-132 ms at niceness 0), the victim's
+trivial count 10-14 ms at p50 (22-25 ms); of the flood's own hard requests, which mostly
+end undecided at their time limit either way, 1-5 of about 28 were answered in a run (1-7
+at niceness 0). (Earlier attempts failed only because a worker slow to read its
 job was killed instead of drained; a job's pipe now holds the whole job.)
 
 At most ``workers`` run; the curator's solver pool (:mod:`dpcurator.curator.solver_pool`)
