@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from ledger_places import Place
 from dpcurator import Curator
 from dpcurator.curator.credentials import Credential, Principal
 from dpcurator.curator.ledger import Ledger, backup_ledger
+from dpcurator.curator.ledger_analysts import NOT_NOW
 from dpcurator.errors import InvalidParameter, LedgerError
 from dpcurator.privacy import PureDP
 
@@ -727,6 +729,120 @@ def test_a_revocation_applies_at_once_in_every_process(place):
     assert Ledger(place.target, IDENTITY).credentials() == [
         Credential("alice", Fraction(1, 2), False, False)
     ]
+
+
+def test_a_lookup_at_once_answers_as_authenticate_or_not_now(place):
+    """The event loop's lookup: on SQLite the same answer as :meth:`authenticate`, from
+    a view as fresh (changes made by another process apply at once); on PostgreSQL
+    never an answer (a read is a round trip the event loop must not wait for)."""
+    admin, server = Ledger(place.target, IDENTITY), Ledger(place.target, IDENTITY)
+
+    def check(token: str, expected: Principal | None) -> None:
+        now = server.authenticate_at_once(token)
+        assert now == (expected if place.kind == "sqlite" else NOT_NOW)
+        assert server.authenticate(token) == expected
+
+    try:
+        token = admin.add_credential("alice")
+        check(token, Principal("alice", False))
+        check(token[:-1] + ("A" if token[-1] != "A" else "B"), None)  # wrong secret
+        check(f"dpc_{'0' * 16}_{token[-43:]}", None)  # unknown key
+        check("not a token", None)
+        fresh = admin.add_credential("alice", admin=True)
+        check(token, None)
+        check(fresh, Principal("alice", True))
+        admin.revoke("alice")
+        check(fresh, None)
+    finally:
+        admin.close()
+        server.close()
+
+
+def test_a_lookup_at_once_never_waits(tmp_path):
+    """NOT_NOW, at once, while another connection writes a commit (SQLite's exclusive
+    lock) or another thread is looking a token up; an answer again after."""
+    path = make(tmp_path / "l.db")
+    led = Ledger(path, IDENTITY)
+    token = led.add_credential("alice")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert led.authenticate_at_once(token) == Principal("alice", False)
+        other.execute("BEGIN EXCLUSIVE")  # as a commit being written holds the file
+        assert led.authenticate_at_once(token) is NOT_NOW
+        assert led.authenticate_at_once("dpc_0000000000000000_" + "x" * 43) is NOT_NOW
+        other.execute("COMMIT")
+        assert led.authenticate_at_once(token) == Principal("alice", False)
+        with led._auth_lock:  # a worker thread's lookup in progress
+            assert led.authenticate_at_once(token) is NOT_NOW
+        assert led.authenticate_at_once(token) == Principal("alice", False)
+    finally:
+        other.close()
+        led.close()
+
+
+def test_a_lookup_waits_for_a_commit_being_written_and_no_longer(tmp_path):
+    """:meth:`authenticate` behind SQLite's exclusive lock: it answers once the lock is
+    let go (it tries again every half millisecond), and past the wait it allows, it is
+    a one-line LedgerError."""
+    import threading
+
+    from dpcurator.curator.stores import sqlite as sqlite_store
+
+    path = make(tmp_path / "l.db")
+    led = Ledger(path, IDENTITY)
+    token = led.add_credential("alice")
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        threading.Timer(0.3, other.execute, ("COMMIT",)).start()
+        t = time.perf_counter()
+        assert led.authenticate(token) == Principal("alice", False)
+        assert time.perf_counter() - t >= 0.25  # it did wait for the lock
+        other.execute("BEGIN EXCLUSIVE")
+        old = sqlite_store.READ_NOW_BUSY_MS
+        sqlite_store.READ_NOW_BUSY_MS = 200
+        try:
+            with pytest.raises(LedgerError) as err:
+                led.authenticate(token)
+            assert "\n" not in str(err.value) and "locked" in str(err.value)
+        finally:
+            sqlite_store.READ_NOW_BUSY_MS = old
+            other.execute("COMMIT")
+        assert led.authenticate(token) == Principal("alice", False)
+    finally:
+        other.close()
+        led.close()
+
+
+def test_readers_are_let_in_until_a_large_transaction_commits(tmp_path):
+    """A write transaction far larger than SQLite's page cache keeps its pages in memory
+    until its commit: another connection reads meanwhile without waiting (by default
+    SQLite writes them out once its cache fills, locking every reader out until the
+    commit)."""
+    path = make(tmp_path / "l.db")
+    led = Ledger(path, IDENTITY)
+    reader = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        with led.transaction():
+            for i in range(40):  # 20 MB, ten times SQLite's default cache
+                led.insert_charge(
+                    analyst=None,
+                    table="t",
+                    kind="count",
+                    request=f"a < {i + 1} " + " " * 500_000,
+                    coverage={"a": [[0, 1]]},
+                    cost=Fraction(1, 10**6),
+                    level=Fraction(1, 10**6) * (i + 1),
+                    noise="discrete_laplace(20)",
+                )
+            got = reader.execute("SELECT count(*) FROM charges").fetchone()
+            assert got == (5,)  # the committed charges, read at once
+    finally:
+        reader.close()
+        led.close()
+    led = Ledger(path, IDENTITY, create=False)
+    assert [r.id for r in led.charges_after(5)] == list(range(6, 46))
+    led.close()
 
 
 def test_an_edited_token_hash_is_refused(place):

@@ -137,6 +137,41 @@ def test_revoke_in_another_process_applies_at_once(server: Server) -> None:
     assert listed["dora"]["active"] is False
 
 
+HOLD_THE_FILE = (
+    "import sqlite3, sys, time\n"
+    "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "db.execute('BEGIN EXCLUSIVE')\n"
+    "print('held', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+    "db.execute('COMMIT')\n"
+)
+
+
+def test_tokens_are_judged_alike_while_a_commit_holds_the_ledger(server: Server) -> None:
+    """While another process holds the ledger file's exclusive lock (as while a commit is
+    written), a token cannot be looked up at once: the event loop leaves it to a worker
+    thread, which waits for the lock. Unknown tokens are still 401 and known ones
+    answered, through FastAPI and through the fast lane; nothing is charged for a 401."""
+    before = server.charges()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_FILE, str(server.ledger), "0.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        stranger = {"Authorization": BAD_HEADERS["unknown token"]}
+        with httpx.Client(base_url=server.url, headers=stranger, timeout=60) as h:
+            assert_error(h.get("/v1/budget"), 401, "unauthorized")
+            assert_error(h.post("/v1/count", json=ROUTES[3][2]), 401, "unauthorized")
+        assert holder.wait(timeout=60) == 0
+    finally:
+        holder.kill()
+    with server.http("alice") as h:
+        assert h.get("/v1/budget").status_code == 200
+    assert server.charges() == before
+
+
 def test_admin_routes_are_403_for_analysts(server: Server) -> None:
     before = server.charges()
     with server.http("alice") as h:
@@ -252,23 +287,47 @@ def test_a_malformed_token_is_refused_in_the_event_loop(header: str | None) -> N
     assert err.value.reason == "unauthorized"
 
 
-def test_a_well_formed_token_is_looked_up_in_a_worker_thread() -> None:
+def test_a_well_formed_token_is_looked_up_in_a_worker_thread_when_not_at_once() -> None:
     import asyncio
     import threading
 
+    from dpcurator.curator.ledger_analysts import NOT_NOW
     from dpcurator.service.app import ServiceError, caller
 
-    asked: list[tuple[str, bool]] = []
+    asked: list[tuple[str, str, bool]] = []
 
     class Ledger:
+        def authenticate_at_once(self, token: str) -> object:
+            asked.append(("at once", token, threading.current_thread() is threading.main_thread()))
+            return NOT_NOW
+
         def authenticate(self, token: str) -> None:
-            asked.append((token, threading.current_thread() is threading.main_thread()))
+            asked.append(("waiting", token, threading.current_thread() is threading.main_thread()))
 
     token = f"dpc_{'0' * 16}_{'x' * 43}"
     with pytest.raises(ServiceError) as err:
         asyncio.run(caller(_request(Ledger(), _Untouchable()), f"bearer   {token} "))  # type: ignore[arg-type]
     assert err.value.reason == "unauthorized"
-    assert asked == [(token, False)]
+    assert asked == [("at once", token, True), ("waiting", token, False)]
+
+
+def test_a_token_known_at_once_to_be_unknown_is_refused_in_the_event_loop() -> None:
+    """No worker thread: the ledger said at once that no one holds the token."""
+    import asyncio
+
+    from dpcurator.service.app import ServiceError, caller
+
+    class Ledger:
+        def authenticate_at_once(self, token: str) -> None:
+            return None
+
+        def authenticate(self, token: str) -> None:
+            raise AssertionError("looked up again")
+
+    token = f"dpc_{'0' * 16}_{'x' * 43}"
+    with pytest.raises(ServiceError) as err:
+        asyncio.run(caller(_request(Ledger(), _Untouchable()), f"Bearer {token}"))  # type: ignore[arg-type]
+    assert err.value.reason == "unauthorized"
 
 
 BODY_ROUTES = [(p, b) for m_, p, b in ROUTES if m_ == "POST" and "/admin/" not in p] + [

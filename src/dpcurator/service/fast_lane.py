@@ -18,8 +18,9 @@ own body model accepts. Everything else, every malformed, unusual or invalid req
 included, goes to FastAPI unchanged (its body replayed), so every error keeps the
 answer it had.
 
-How it answers. With the route's own code: the caller is looked up and the route runs in
-one worker thread (``one_hop``'s), the route's response model is validated and written
+How it answers. With the route's own code: a token the ledger can tell at once is
+unknown is refused in the event loop (as the route's own dependency refuses it), else
+the caller is looked up and the route runs in one worker thread (``one_hop``'s), the route's response model is validated and written
 by FastAPI's own ``serialize_response`` into the same ``Response`` FastAPI builds, and an
 exception the route raises goes to the application's handler for it, found as
 Starlette's ``ExceptionMiddleware`` finds it (by the exception's classes in order); one
@@ -110,11 +111,13 @@ class FastLane:
         app: ASGIApp,
         api: FastAPI,
         bearer: Callable[[str | None], str],
+        refuse: Callable[[Any, str], None],
         caller: Callable[..., Any],
     ) -> None:
         self.app = app
         self.api = api
         self.bearer = bearer
+        self.refuse = refuse
         # built with the middleware stack, at the first request: every route exists
         self.lanes = lanes(api, caller)
 
@@ -137,6 +140,7 @@ class FastLane:
             return
         token, body = taken
         try:
+            self.refuse(self.api.state, token)
             result = await run_in_threadpool(lane.call, token, body)
             route = lane.route
             content = await serialize_response(

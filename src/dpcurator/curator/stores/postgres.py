@@ -38,7 +38,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from dpcurator.curator.stores import is_url
+from dpcurator.curator.stores import Busy, is_url
 from dpcurator.curator.stores.postgres_rate import SharedBuckets
 from dpcurator.curator.stores.postgres_text import LedgerURL, read_url, reword, with_schema
 from dpcurator.curator.stores.rows import Dump, Rows
@@ -395,6 +395,11 @@ class PostgresStore:
         finally:
             if not conn.broken:
                 conn.execute("COMMIT")
+
+    def read_at_once(self, read: Callable[[Rows], T]) -> T:
+        """Never: a read is a round trip to the server, which the event loop must not
+        wait for (:class:`Busy`; :meth:`read_now` reads)."""
+        raise Busy
 
     def close(self) -> None:
         self._conn.close()
