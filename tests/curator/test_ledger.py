@@ -27,7 +27,6 @@ from ledger_places import Place
 from dpcurator import Curator
 from dpcurator.curator.credentials import Credential, Principal
 from dpcurator.curator.ledger import Ledger, backup_ledger
-from dpcurator.curator.ledger_analysts import NOT_NOW
 from dpcurator.errors import InvalidParameter, LedgerError
 from dpcurator.privacy import PureDP
 
@@ -731,50 +730,56 @@ def test_a_revocation_applies_at_once_in_every_process(place):
     ]
 
 
-def test_a_lookup_at_once_answers_as_authenticate_or_not_now(place):
-    """The event loop's lookup: on SQLite the same answer as :meth:`authenticate`, from
-    a view as fresh (changes made by another process apply at once); on PostgreSQL
-    never an answer (a read is a round trip the event loop must not wait for)."""
+def test_a_refusal_at_once_is_authenticates_refusal(place):
+    """The event loop's check: a token is refused at once only if :meth:`authenticate`
+    refuses it, on a view as fresh (what another process made or revoked applies at
+    once); a token the last view accepted is left to :meth:`authenticate` without a
+    read; on PostgreSQL nothing is refused at once (a read is a round trip)."""
     admin, server = Ledger(place.target, IDENTITY), Ledger(place.target, IDENTITY)
+    sqlite = place.kind == "sqlite"
 
-    def check(token: str, expected: Principal | None) -> None:
-        now = server.authenticate_at_once(token)
-        assert now == (expected if place.kind == "sqlite" else NOT_NOW)
+    def check(token: str, expected: Principal | None, *, at_once: bool) -> None:
+        assert server.refused_at_once(token) is (at_once and sqlite)
         assert server.authenticate(token) == expected
 
     try:
-        token = admin.add_credential("alice")
-        check(token, Principal("alice", False))
-        check(token[:-1] + ("A" if token[-1] != "A" else "B"), None)  # wrong secret
-        check(f"dpc_{'0' * 16}_{token[-43:]}", None)  # unknown key
-        check("not a token", None)
+        unknown = f"dpc_{'0' * 16}_{'x' * 43}"
+        check(unknown, None, at_once=True)
+        token = admin.add_credential("alice")  # made by another process: found at once
+        check(token, Principal("alice", False), at_once=False)
+        check(token[:-1] + ("A" if token[-1] != "A" else "B"), None, at_once=True)
+        check(f"dpc_{'0' * 16}_{token[-43:]}", None, at_once=True)
+        check("not a token", None, at_once=True)
         fresh = admin.add_credential("alice", admin=True)
-        check(token, None)
-        check(fresh, Principal("alice", True))
+        # the view accepted ``token`` last: left to authenticate, which reads and refuses
+        check(token, None, at_once=False)
+        check(token, None, at_once=True)  # and from then on, at once
+        check(fresh, Principal("alice", True), at_once=False)
         admin.revoke("alice")
-        check(fresh, None)
+        check(fresh, None, at_once=False)
+        check(fresh, None, at_once=True)
     finally:
         admin.close()
         server.close()
 
 
-def test_a_lookup_at_once_never_waits(tmp_path):
-    """NOT_NOW, at once, while another connection writes a commit (SQLite's exclusive
-    lock) or another thread is looking a token up; an answer again after."""
+def test_a_refusal_at_once_never_waits(tmp_path):
+    """Not refused (left to authenticate), at once, while another connection writes a
+    commit (SQLite's exclusive lock) or another thread is looking a token up; refused
+    again after."""
     path = make(tmp_path / "l.db")
     led = Ledger(path, IDENTITY)
-    token = led.add_credential("alice")
+    unknown = f"dpc_{'0' * 16}_{'x' * 43}"
     other = sqlite3.connect(path, isolation_level=None)
     try:
-        assert led.authenticate_at_once(token) == Principal("alice", False)
+        assert led.refused_at_once(unknown)
         other.execute("BEGIN EXCLUSIVE")  # as a commit being written holds the file
-        assert led.authenticate_at_once(token) is NOT_NOW
-        assert led.authenticate_at_once("dpc_0000000000000000_" + "x" * 43) is NOT_NOW
+        assert not led.refused_at_once(unknown)
         other.execute("COMMIT")
-        assert led.authenticate_at_once(token) == Principal("alice", False)
+        assert led.refused_at_once(unknown)
         with led._auth_lock:  # a worker thread's lookup in progress
-            assert led.authenticate_at_once(token) is NOT_NOW
-        assert led.authenticate_at_once(token) == Principal("alice", False)
+            assert not led.refused_at_once(unknown)
+        assert led.refused_at_once(unknown)
     finally:
         other.close()
         led.close()

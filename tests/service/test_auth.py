@@ -287,47 +287,29 @@ def test_a_malformed_token_is_refused_in_the_event_loop(header: str | None) -> N
     assert err.value.reason == "unauthorized"
 
 
-def test_a_well_formed_token_is_looked_up_in_a_worker_thread_when_not_at_once() -> None:
+def test_a_well_formed_token_is_looked_up_in_a_worker_thread_unless_refused_at_once() -> None:
     import asyncio
     import threading
 
-    from dpcurator.curator.ledger_analysts import NOT_NOW
     from dpcurator.service.app import ServiceError, caller
 
-    asked: list[tuple[str, str, bool]] = []
-
-    class Ledger:
-        def authenticate_at_once(self, token: str) -> object:
-            asked.append(("at once", token, threading.current_thread() is threading.main_thread()))
-            return NOT_NOW
-
-        def authenticate(self, token: str) -> None:
-            asked.append(("waiting", token, threading.current_thread() is threading.main_thread()))
-
     token = f"dpc_{'0' * 16}_{'x' * 43}"
-    with pytest.raises(ServiceError) as err:
-        asyncio.run(caller(_request(Ledger(), _Untouchable()), f"bearer   {token} "))  # type: ignore[arg-type]
-    assert err.value.reason == "unauthorized"
-    assert asked == [("at once", token, True), ("waiting", token, False)]
+    asked: list[tuple[str, bool]] = []
+    for refused in (False, True):
+        asked.clear()
 
+        class Ledger:
+            def refused_at_once(self, token: str, refused: bool = refused) -> bool:
+                asked.append(("at once", threading.current_thread() is threading.main_thread()))
+                return refused
 
-def test_a_token_known_at_once_to_be_unknown_is_refused_in_the_event_loop() -> None:
-    """No worker thread: the ledger said at once that no one holds the token."""
-    import asyncio
+            def authenticate(self, token: str) -> None:
+                asked.append(("waiting", threading.current_thread() is threading.main_thread()))
 
-    from dpcurator.service.app import ServiceError, caller
-
-    class Ledger:
-        def authenticate_at_once(self, token: str) -> None:
-            return None
-
-        def authenticate(self, token: str) -> None:
-            raise AssertionError("looked up again")
-
-    token = f"dpc_{'0' * 16}_{'x' * 43}"
-    with pytest.raises(ServiceError) as err:
-        asyncio.run(caller(_request(Ledger(), _Untouchable()), f"Bearer {token}"))  # type: ignore[arg-type]
-    assert err.value.reason == "unauthorized"
+        with pytest.raises(ServiceError) as err:
+            asyncio.run(caller(_request(Ledger(), _Untouchable()), f"bearer   {token} "))  # type: ignore[arg-type]
+        assert err.value.reason == "unauthorized"
+        assert asked == [("at once", True)] + ([] if refused else [("waiting", False)])
 
 
 BODY_ROUTES = [(p, b) for m_, p, b in ROUTES if m_ == "POST" and "/admin/" not in p] + [

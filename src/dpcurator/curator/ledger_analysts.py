@@ -8,7 +8,6 @@ transactions it uses.
 
 from __future__ import annotations
 
-import enum
 import time
 from fractions import Fraction
 from typing import Any
@@ -18,15 +17,6 @@ from dpcurator.curator.credentials import Credential, Principal, matches, new_to
 from dpcurator.curator.ledger_chain import retried
 from dpcurator.curator.stores import Busy, Rows
 from dpcurator.errors import InvalidParameter, LedgerError
-
-
-class NotNow(enum.Enum):
-    """What :meth:`AnalystsChain.authenticate_at_once` says when it would have to wait."""
-
-    NOT_NOW = "not now"
-
-
-NOT_NOW = NotNow.NOT_NOW
 
 
 def _holder(tokens: dict[str, tuple[str, chain.Entry]], token: object) -> Principal | None:
@@ -203,18 +193,24 @@ class AnalystsChain:
         assert found is not None
         return _holder(found, token)
 
-    def authenticate_at_once(self, token: object) -> Principal | NotNow | None:
-        """:meth:`authenticate` if it can answer without waiting, else :data:`NOT_NOW`:
-        another thread is looking a token up, an SQLite commit is being written, or the
-        store is a server (a PostgreSQL read is a round trip).
+    def refused_at_once(self, token: object) -> bool:
+        """Whether ``token`` is refused (unknown, malformed or revoked), known without
+        waiting; False when it may be valid or telling would wait (then
+        :meth:`authenticate` decides).
 
-        Why. The service refuses an unknown token in its event loop with this, rather
-        than in a worker thread: under a flood the interpreter lock is handed between
-        many busy threads, and each handover on a 401's way through a thread cost
-        milliseconds. The answer is the same as :meth:`authenticate`'s, from a view as
-        fresh, and its time likewise does not depend on whether the key exists."""
+        Why. The service refuses such a token in its event loop with this rather than in
+        a worker thread: under a flood the interpreter lock is handed between many busy
+        threads, and each handover on a 401's way through a thread cost milliseconds. A
+        token the last view accepts is left to :meth:`authenticate` at once, with no
+        read (it is the common case, and its lookup reads again anyway); any other is
+        judged on a view brought up to the head, when that read need not wait (on SQLite
+        while no commit is being written and no other lookup reads; never on
+        PostgreSQL, whose read is a round trip). The time taken does not depend on
+        whether the token's key exists, only on whether the token was accepted."""
+        if _holder(self._auth_view[2], token) is not None:
+            return False
         found = self._tokens(wait=False)
-        return NOT_NOW if found is None else _holder(found, token)
+        return found is not None and _holder(found, token) is None
 
     def _tokens(self, *, wait: bool) -> dict[str, tuple[str, chain.Entry]] | None:
         """token key -> (analyst, entry), for the tokens in force (see authenticate);

@@ -167,10 +167,10 @@ async def caller(
 
 def _refuse_unknown(state: Any, token: str) -> None:
     """A 401 for an unknown or revoked token, here in the event loop when the ledger can
-    say so without waiting (:meth:`Ledger.authenticate_at_once`); otherwise the lookup
-    in a worker thread decides. Under a flood of exact checks a 401 that went through a
+    say so without waiting (:meth:`Ledger.refused_at_once`); otherwise the lookup in a
+    worker thread decides. Under a flood of exact checks a 401 that went through a
     thread waited for several handovers of the interpreter lock."""
-    if state.ledger.authenticate_at_once(token) is None:
+    if state.ledger.refused_at_once(token):
         raise ServiceError("unauthorized", "unknown or revoked token")
 
 
