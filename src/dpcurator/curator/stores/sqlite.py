@@ -240,7 +240,9 @@ class SQLiteStore:
     def read_at_once(self, read: Callable[[Rows], T]) -> T:
         """:meth:`read_now` without waiting: :class:`Busy` while a commit is being
         written. Its statements read a few pages the operating system has in memory
-        (microseconds), so the event loop may call it."""
+        (microseconds), so the event loop may call it. (After another process died in
+        the middle of a commit, the first read rolls its journal back, as long as that
+        takes; the server's own open does so before it serves.)"""
         if self._auth is None:
             self._auth = _connect(self.location, busy_ms=0)
         db = self._auth
