@@ -763,6 +763,36 @@ def test_a_refusal_at_once_is_authenticates_refusal(place):
         server.close()
 
 
+class _Sly(str):
+    """A hand-built token: a str whose comparisons and hash lie."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize(
+    "token",
+    [None, 5e-324, 1e400, float("nan"), -(10**400), b"dpc_0", ["dpc_"] * 3, {"token": 1},
+     "", "\x00", "\ud800", "dpc_" + "0" * 16 + "_" + "x" * 1_000_000,
+     "[" * 10_000, _Sly("dpc_" + "0" * 16 + "_" + "x" * 43)],
+)  # fmt: skip
+def test_garbage_tokens_are_refused_at_once_and_change_nothing(tmp_path, token):
+    """Anything at all as a token: refused at once by the event loop's check and by
+    authenticate, with no error, and the ledger unchanged."""
+    path = make(tmp_path / "l.db")
+    led = Ledger(path, IDENTITY)
+    try:
+        led.add_credential("alice")
+        before = path.read_bytes()
+        assert led.refused_at_once(token) is True
+        assert led.authenticate(token) is None
+        assert path.read_bytes() == before
+    finally:
+        led.close()
+
+
 def test_a_refusal_at_once_never_waits(tmp_path):
     """Not refused (left to authenticate), at once, while another connection writes a
     commit (SQLite's exclusive lock) or another thread is looking a token up; refused
