@@ -280,7 +280,7 @@ def test_a_malformed_token_is_refused_in_the_event_loop(header: str | None) -> N
     """No thread, no ledger, no rate: what the request sent is enough for its 401."""
     import asyncio
 
-    from dpcurator.service.app import ServiceError, caller
+    from dpcurator.service.callers import ServiceError, caller
 
     with pytest.raises(ServiceError) as err:
         asyncio.run(caller(_request(_Untouchable(), _Untouchable()), header))  # type: ignore[arg-type]
@@ -291,7 +291,7 @@ def test_a_well_formed_token_is_looked_up_in_a_worker_thread_unless_refused_at_o
     import asyncio
     import threading
 
-    from dpcurator.service.app import ServiceError, caller
+    from dpcurator.service.callers import ServiceError, caller
 
     token = f"dpc_{'0' * 16}_{'x' * 43}"
     asked: list[tuple[str, bool]] = []

@@ -30,7 +30,7 @@ from dpcurator.privacy import PureDP
 from dpcurator.queries import Schema
 from dpcurator.service import Limits, create_app
 from dpcurator.service import models as m
-from dpcurator.service.app import Caller, ServiceError, _unverified_caller, one_hop
+from dpcurator.service.callers import Caller, ServiceError, one_hop, unverified_caller
 from dpcurator.service.fast_lane import MAX_BODY, FastLane, lanes
 
 SCHEMA = {
@@ -134,7 +134,7 @@ def same(a: Served, b: Served, who: str | None, path: str, body: bytes | dict) -
 
 def test_the_lane_takes_the_post_query_routes_and_nothing_else(pair) -> None:
     a, _, _ = pair
-    assert set(lanes(a.app, _unverified_caller)) == {
+    assert set(lanes(a.app, unverified_caller)) == {
         *(f"/v1/{r}" for r in ("count", "units", "sql", "histogram", "marginal", "sum")),
         *(f"/v1/{r}" for r in ("mean", "variance", "stdev", "share", "quantile")),
         *(f"/v1/{r}" for r in ("quantiles", "median", "release", "estimate")),
@@ -322,7 +322,7 @@ def test_a_route_an_earlier_one_shadows_is_left_to_fastapi() -> None:
     api.post("/v4/count", response_model=m.AnswerOut, max_body_size=10)(
         hop(_raising(RuntimeError()))
     )
-    assert set(lanes(api, _unverified_caller)) == {"/v2/count"}
+    assert set(lanes(api, unverified_caller)) == {"/v2/count"}
 
 
 def test_overridden_dependencies_and_long_bodies_go_to_fastapi(pair) -> None:
@@ -331,7 +331,7 @@ def test_overridden_dependencies_and_long_bodies_go_to_fastapi(pair) -> None:
     assert same(a, b, "bob", "/v1/count", padded).status_code == 200
     assert taken == []  # read once, by FastAPI
     for s in (a, b):
-        s.app.dependency_overrides[_unverified_caller] = _no_one
+        s.app.dependency_overrides[unverified_caller] = _no_one
     r = same(a, b, "bob", "/v1/count", {"query": "age < 3", "epsilon": 0.1})
     assert r.status_code == 401 and taken == []
 

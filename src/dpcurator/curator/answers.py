@@ -167,3 +167,34 @@ class StatisticAnswer:
         if len(self.results) != 1:
             raise ValueError(f"{len(self.results)} results: use .results")
         return self.results[0].interval
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a request would cost and how accurate it would be, before asking it.
+
+    ``expected_abs_error`` is E|noise| of each released value and ``half_width`` its
+    exact 95% half-width, from the discrete distribution; ``admitted`` says whether the
+    budget (and the analyst's quota) would admit it now (``exact`` False: the decision
+    used a safe bound because the exact check ran out of time).
+
+    For a mean, variance or standard deviation the noise is the centred sum's
+    (``noise``, ``expected_abs_error``, ``half_width``), and ``error_scale`` bounds the
+    statistic's first-order standard error in a group of n rows by ``error_scale / n``.
+    For quantiles, ``noise`` names the selection, ``noise_parameter`` is its epsilon,
+    ``half_width`` the 95% rank-error bound in rows (rigorous) and ``expected_abs_error``
+    a bound on the expected rank error. ``error`` says it in words."""
+
+    kind: str
+    request: str
+    cells: int
+    cost: float
+    currency: str
+    noise: str
+    noise_parameter: float
+    expected_abs_error: float
+    half_width: int
+    admitted: bool
+    exact: bool
+    error_scale: float | None = None
+    error: str = ""

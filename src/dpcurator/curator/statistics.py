@@ -32,7 +32,7 @@ import numpy as np
 
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
-from dpcurator.curator.answers import Statistic, StatisticAnswer
+from dpcurator.curator.answers import Estimate, Statistic, StatisticAnswer
 from dpcurator.curator.budget import Cost
 from dpcurator.errors import InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms.moments import (
@@ -475,12 +475,12 @@ class StatisticCore:
             left.exact,
         )
 
-    def _estimate_statistic(self, kind: str, args: Mapping[str, Any], analyst: str | None) -> Any:
+    def _estimate_statistic(
+        self, kind: str, args: Mapping[str, Any], analyst: str | None
+    ) -> Estimate:
         """A statistic's :class:`~dpcurator.curator.curator.Estimate`: the moments' sum
         noise (and the statistic's error scale) or the selection's rank-error bounds, in
         rows; charges nothing and reads no data."""
-        from dpcurator.curator.curator import Estimate
-
         paid = {k: args[k] for k in ("epsilon", "rho", "mu", "table") if k in args}
         asked = {k: v for k, v in args.items() if k not in paid}
         p = self._prepare_statistic(StatisticRequest.of(kind, asked), **paid)

@@ -27,7 +27,7 @@ from typing import Any
 
 from dpcurator.curator import requests
 from dpcurator.curator.admission import Request
-from dpcurator.curator.answers import Answer
+from dpcurator.curator.answers import Answer, Estimate
 from dpcurator.curator.budget import Cost
 from dpcurator.curator.timing import timed
 from dpcurator.errors import BudgetExceeded, InvalidParameter
@@ -160,10 +160,8 @@ class UnitRequests:
             left.exact,
         )
 
-    def _estimate_units(self, args: dict[str, Any], analyst: str | None) -> Any:
+    def _estimate_units(self, args: dict[str, Any], analyst: str | None) -> Estimate:
         """:meth:`Curator.estimate` of ``units``: its charge, noise and admission now."""
-        from dpcurator.curator.curator import Estimate
-
         try:
             inspect.signature(self._prepare_units).bind(**args)
         except TypeError as err:  # an unknown or missing keyword

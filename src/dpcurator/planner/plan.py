@@ -29,7 +29,7 @@ from dpcurator.planner.strategies import (
 from dpcurator.privacy import GDP, ZCDP, ApproxDP, PureDP
 from dpcurator.privacy.filters import exact
 from dpcurator.queries import OverlapResult, Query, max_overlap
-from dpcurator.queries.parser import WEIGHT_RANGE
+from dpcurator.queries.workload import WEIGHT_RANGE
 
 #: What the optimal allocation may minimise (see :func:`make_plan`).
 OBJECTIVES = ("total", "per-table", "max")

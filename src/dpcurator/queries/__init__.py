@@ -15,9 +15,10 @@ from dpcurator.queries.overlap import (
     max_overlap,
     overlap_graph,
 )
-from dpcurator.queries.parser import Workload, parse_query, parse_workload, parse_workload_text
+from dpcurator.queries.parser import parse_query
 from dpcurator.queries.predicates import Predicate, Query, common_point, disjoint
 from dpcurator.queries.schema import Attribute, Schema
+from dpcurator.queries.workload import Workload, parse_workload, parse_workload_text
 
 __all__ = [
     "Attribute",

@@ -32,6 +32,7 @@ from fractions import Fraction
 
 from dpcurator.errors import InvalidParameter, QueryError
 from dpcurator.queries.boolean import BooleanQuery, intersection
+from dpcurator.queries.parser import parse_query
 from dpcurator.queries.parts import group_term
 from dpcurator.queries.predicates import Query, complement
 from dpcurator.queries.schema import Attribute, Schema
@@ -196,8 +197,6 @@ def parse_statistic(
 ) -> tuple[StatisticSpec, Query | BooleanQuery]:
     """A statistic line (its kind and what is between its parentheses) checked against
     ``schema``, and the points it reads, as a query with ``text`` and ``line``."""
-    from dpcurator.queries.parser import parse_query
-
     kind = kind.lower()
     if kind == "units":  # units(<condition>): the whole inside is the condition
         where = inner.strip() or None
@@ -297,8 +296,6 @@ def _parse_share(
     positional: list[str], keywords: dict[str, str], schema: Schema, line: int | None, text: str
 ) -> tuple[StatisticSpec, Query | BooleanQuery]:
     """``share(<condition>[, by=..., where=...])``: it reads every row ``where`` covers."""
-    from dpcurator.queries.parser import parse_query
-
     if len(positional) != 1:
         raise QueryError("share takes share(condition[, by=..., where=...])")
     if "candidates" in keywords:

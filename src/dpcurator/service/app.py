@@ -11,18 +11,12 @@ load errors stay in the server's log.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-import math
-import typing
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpcurator.curator import (
@@ -33,27 +27,29 @@ from dpcurator.curator import (
     StatisticAnswer,
     TableAnswer,
 )
-from dpcurator.curator.credentials import Principal, split_token
+from dpcurator.curator.credentials import Principal
 from dpcurator.errors import DpCuratorError, InvalidParameter, LedgerError
 from dpcurator.service import models as m
 from dpcurator.service import request_errors
+from dpcurator.service.callers import (
+    STATUS,
+    Admin,
+    Caller,
+    ServiceError,
+    bearer,
+    checked,
+    error_response,
+    one_hop,
+    refusal,
+    refuse_unknown,
+    unavailable,
+    unverified_caller,
+)
+from dpcurator.service.dashboard import install as install_dashboard
 from dpcurator.service.fast_lane import FastLane
 from dpcurator.service.limits import BodySizeLimit, Limits, rate_limiter
 
 log = logging.getLogger("dpcurator.service")
-R = TypeVar("R")
-
-#: HTTP status of each error reason; any other DpCuratorError is a 400.
-STATUS = {
-    "budget_exceeded": 409,
-    "undecided": 503,
-    "too_large": 413,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "rate_limited": 429,
-    "not_found": 404,
-    "unsupported_media_type": 415,
-}
 
 #: Where an analyst finds the routes (said by / and by a 404).
 _MAP = (
@@ -64,24 +60,6 @@ _MAP = (
 #: Request fields holding a query, a condition or attribute names: a value of the wrong
 #: type there is an ``invalid_query``, as the in-process session reports it.
 _QUERY_FIELDS = frozenset({"query", "where", "attribute", "attributes", "by"})
-
-
-class ServiceError(Exception):
-    """An error of the HTTP layer itself (authentication, authorisation, rate)."""
-
-    def __init__(self, reason: str, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-def _error(status: int, reason: str, message: str, **headers: str) -> JSONResponse:
-    # A message may quote what the request sent, lone surrogates included: escape them,
-    # so that every error can be written as UTF-8 JSON.
-    text = " ".join(str(message).split()).encode("utf-8", "backslashreplace").decode("utf-8")
-    return JSONResponse(
-        {"error": reason, "message": text}, status_code=status, headers=headers or None
-    )
 
 
 def _answer(a: Answer) -> m.AnswerOut:
@@ -136,159 +114,6 @@ def _statistic(a: StatisticAnswer, position: int | None = None) -> m.StatisticAn
     )
 
 
-# --- who is asking ------------------------------------------------------------------------
-
-
-def _bearer(authorization: str | None) -> str:
-    """The well-formed bearer token of an ``Authorization`` header, else a 401.
-
-    A missing, non-bearer or malformed token is refused in the event loop: it needs no
-    ledger, so its 401 never waits for a thread while the server is busy (it reveals
-    nothing the sender does not know: the shape of what they sent)."""
-    if authorization is None:
-        raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or split_token(token) is None:
-        raise ServiceError("unauthorized", "unknown or revoked token")
-    return token
-
-
-async def caller(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
-    """The analyst a request comes from: a valid bearer token (:func:`_bearer`), within
-    its rate, looked up in a worker thread (the ledger reads the analysts' chain, and a
-    shared rate limit is a database)."""
-    token = _bearer(authorization)
-    _refuse_unknown(request.app.state, token)
-    return await run_in_threadpool(_known_caller, request.app.state, token)
-
-
-def _refuse_unknown(state: Any, token: str) -> None:
-    """A 401 for an unknown or revoked token, here in the event loop when the ledger can
-    say so without waiting (:meth:`Ledger.refused_at_once`); otherwise the lookup in a
-    worker thread decides. Under a flood of exact checks a 401 that went through a
-    thread waited for several handovers of the interpreter lock."""
-    if state.ledger.refused_at_once(token):
-        raise ServiceError("unauthorized", "unknown or revoked token")
-
-
-class _Unverified:
-    """A well-formed token not looked up yet (see :func:`one_hop`); ``checked`` once it
-    has been."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.checked = False
-
-
-async def _unverified_caller(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> _Unverified:
-    """The caller of a :func:`one_hop` route: a well-formed token (else 401 here),
-    looked up later in the route's own thread; kept on the request, so that an error
-    raised before the route runs (an invalid body) looks it up first (:func:`_checked`)."""
-    unverified = _Unverified(_bearer(authorization))
-    _refuse_unknown(request.app.state, unverified.token)
-    request.state.unverified = unverified
-    return unverified
-
-
-def one_hop(state: Any) -> Callable[[Callable[..., R]], Callable[..., Awaitable[R]]]:
-    """A decorator for a synchronous route of a ``who: Caller`` parameter that runs it in
-    one worker thread, its caller looked up (token, then rate) there, first.
-
-    Why. FastAPI runs a synchronous route in three worker-thread trips (the caller's
-    lookup, the route, the check of its response), and every trip hands the
-    interpreter lock between the event loop and a thread that must be woken: under 16
-    clients each trip cost about 0.4 ms of the server's CPU per count. The order of the
-    answers is unchanged: a missing or malformed token is still 401 before anything;
-    an unknown or revoked token is 401, and an analyst over their rate 429, before the
-    route runs and before an invalid body's 422 (:func:`_checked`)."""
-
-    def decorate(route: Callable[..., R]) -> Callable[..., Awaitable[R]]:
-        hints = typing.get_type_hints(route, include_extras=True)
-        signature = inspect.signature(route)
-        parameters = [
-            p.replace(annotation=Unverified if p.name == "who" else hints.get(p.name, p.annotation))
-            for p in signature.parameters.values()
-        ]
-
-        @functools.wraps(route)
-        async def run(**values: Any) -> R:
-            unverified: _Unverified = values.pop("who")
-
-            def work() -> R:
-                who = _known_caller(state, unverified.token)
-                unverified.checked = True
-                return route(who=who, **values)
-
-            return await run_in_threadpool(work)
-
-        def lane_call(token: str, body: Any) -> R:  # the fast lane's (fast_lane.Lane)
-            return route(who=_known_caller(state, token), body=body)
-
-        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=parameters, return_annotation=hints.get("return", Any)
-        )
-        run.one_hop = lane_call  # type: ignore[attr-defined]
-        return run
-
-    return decorate
-
-
-async def _checked(request: Request) -> JSONResponse | None:
-    """For an error raised before a :func:`one_hop` route ran: the 401 or 429 its token
-    or rate gets (the answer the caller would have had first), or None (go on)."""
-    unverified = getattr(request.state, "unverified", None)
-    if not isinstance(unverified, _Unverified) or unverified.checked:
-        return None
-    try:
-        await run_in_threadpool(_known_caller, request.app.state, unverified.token)
-    except ServiceError as err:
-        return _refusal(err)
-    except LedgerError as err:
-        return _unavailable(err)
-    finally:
-        unverified.checked = True
-    return None
-
-
-def _refusal(err: ServiceError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if err.reason == "unauthorized" else {}
-    if err.retry_after is not None:
-        headers["Retry-After"] = str(err.retry_after)
-    return _error(STATUS[err.reason], err.reason, str(err), **headers)
-
-
-def _unavailable(err: LedgerError) -> JSONResponse:
-    log.error("ledger error: %s", err)
-    return _error(503, "ledger_unavailable", "the ledger cannot be used; see the server log")
-
-
-def _known_caller(state: Any, token: str) -> Principal:
-    who = state.ledger.authenticate(token)
-    if who is None:
-        raise ServiceError("unauthorized", "unknown or revoked token")
-    wait = state.rate.wait(who.name)
-    if wait > 0:
-        seconds = max(1, math.ceil(wait))
-        raise ServiceError("rate_limited", f"too many requests; retry in {seconds} s", seconds)
-    return who
-
-
-async def admin(who: Annotated[Principal, Depends(caller)]) -> Principal:
-    if not who.admin:
-        raise ServiceError("forbidden", "this route is for administrators")
-    return who
-
-
-Caller = Annotated[Principal, Depends(caller)]
-Admin = Annotated[Principal, Depends(admin)]
-Unverified = Annotated[_Unverified, Depends(_unverified_caller)]
-
-
 def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     """The FastAPI application serving ``curator`` (which it does not close)."""
     limits = limits or Limits()
@@ -315,7 +140,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     )
     # (the last added is the outermost: the lane is given bodies already read whole)
     app.add_middleware(
-        FastLane, api=app, bearer=_bearer, refuse=_refuse_unknown, caller=_unverified_caller
+        FastLane, api=app, bearer=bearer, refuse=refuse_unknown, caller=unverified_caller
     )
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
     app.state.ledger = ledger
@@ -325,25 +150,25 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, err: ServiceError) -> JSONResponse:
-        return _refusal(err)
+        return refusal(err)
 
     @app.exception_handler(LedgerError)
     async def _ledger_error(_: Request, err: LedgerError) -> JSONResponse:
-        return _unavailable(err)
+        return unavailable(err)
 
     @app.exception_handler(DpCuratorError)
     async def _curator_error(_: Request, err: DpCuratorError) -> JSONResponse:
         retry = {"Retry-After": "1"} if err.reason == "undecided" else {}
-        return _error(STATUS.get(err.reason, 400), err.reason, str(err), **retry)
+        return error_response(STATUS.get(err.reason, 400), err.reason, str(err), **retry)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        refused = await _checked(request)
+        refused = await checked(request)
         if refused is not None:
             return refused
         first = err.errors()[0] if err.errors() else {}
         if isinstance(first.get("input"), bytes):  # a body not declared as JSON, unread
-            return _error(
+            return error_response(
                 415,
                 "unsupported_media_type",
                 "send the body as JSON, with Content-Type: application/json",
@@ -352,11 +177,11 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         field, message = request_errors.describe(err.errors(), model, err.body)
         # a query, condition or attribute that is not text: what the curator calls it
         reason = "invalid_query" if field in _QUERY_FIELDS else "invalid_request"
-        return _error(422, reason, message)
+        return error_response(422, reason, message)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        refused = await _checked(request)
+        refused = await checked(request)
         if refused is not None:
             return refused
         reason = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
@@ -365,12 +190,12 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
         message = str(err.detail)
         if err.status_code == 404 and message == "Not Found":  # no such route
             message = f"no route {request.url.path[:200]!r}; {_MAP}"
-        return _error(err.status_code, reason, message)
+        return error_response(err.status_code, reason, message)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:
         log.exception("internal error")
-        return _error(500, "internal", "internal error; see the server log")
+        return error_response(500, "internal", "internal error; see the server log")
 
     def session(who: Principal) -> AnalystSession:
         return AnalystSession(curator, who.name)
@@ -584,9 +409,7 @@ def create_app(curator: Curator, limits: Limits | None = None) -> FastAPI:
     def whole_ledger(who: Admin) -> list[m.HistoryOut]:
         return [m.HistoryOut(**vars(h)) for h in curator.history()]
 
-    from dpcurator.service.dashboard import install  # GET /dashboard and its routes
-
-    install(app, curator)
+    install_dashboard(app, curator)  # GET /dashboard and its routes
     return app
 
 

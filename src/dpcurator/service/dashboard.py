@@ -58,7 +58,7 @@ from dpcurator.curator.statistics import recorded_results
 from dpcurator.errors import DpCuratorError, InvalidParameter, QueryError, TooLarge
 from dpcurator.mechanisms import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from dpcurator.service import charts
-from dpcurator.service.app import Caller, ServiceError
+from dpcurator.service.callers import Caller, ServiceError
 
 #: Refusals kept in memory.
 MAX_REFUSALS = 500

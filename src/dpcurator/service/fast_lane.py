@@ -10,7 +10,7 @@ a count fell from 2.7 to 2.2 ms, and the event loop's CPU per count from 1.18 to
 0.83 ms.
 
 What it takes. Only a request that FastAPI would hand to the route as it is: POST to
-the exact path of a one-hop route (:func:`dpcurator.service.app.one_hop`), one
+the exact path of a one-hop route (:func:`dpcurator.service.callers.one_hop`), one
 ``Authorization`` header holding a well-formed bearer token, one ``Content-Type:
 application/json``, and a body (already read whole, under the size limit, by
 :class:`~dpcurator.service.limits.BodySizeLimit`) that is a JSON object the route's

@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
 
+from dpcurator.curator.stores.postgres_text import is_url, read_url, unknown_scheme
+from dpcurator.curator.stores.protocol import Busy, Store
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.errors import LedgerError
 
-T = TypeVar("T")
-
 __all__ = [
+    "Busy",
     "Dump",
     "Rows",
     "Store",
@@ -38,45 +38,10 @@ __all__ = [
 ]
 
 
-class Busy(Exception):
-    """A store's :meth:`Store.read_at_once` could not read without waiting."""
-
-
-class Store(Protocol):
-    """What :class:`~dpcurator.curator.ledger.Ledger` needs of a store."""
-
-    kind: str
-    location: str
-    durable: bool
-    errors: tuple[type[BaseException], ...]
-
-    def tables(self) -> list[str]: ...
-    def foreign(self, tables: list[str]) -> str: ...
-    def altered(self) -> bool: ...
-    def upgrade(self) -> bool: ...
-    def prepare(self) -> None: ...
-    def begin_read(self) -> Rows: ...
-    def end_read(self) -> None: ...
-    def begin_write(self) -> Rows: ...
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-    def retryable(self, err: BaseException, *, committing: bool) -> bool: ...
-    def read_now(self, read: Callable[[Rows], T]) -> T: ...
-    def read_at_once(self, read: Callable[[Rows], T]) -> T: ...
-    def same_place(self, target: str) -> bool: ...
-    def say(self, err: BaseException) -> str: ...
-    def close(self) -> None: ...
-
-
 _SQLITE = "sqlite:///"
 #: A PostgreSQL URL mistyped (``postgresql:/...``, ``postgres//...``): refused rather than
 #: taken for a file name, which messages would print with its password.
 _MISTYPED = re.compile(r"(?i)postgres(ql)?(:|//)")
-
-
-def is_url(target: str) -> bool:
-    """Whether ``target`` names a PostgreSQL database rather than a file."""
-    return target.startswith(("postgresql://", "postgres://"))
 
 
 def target_of(target: str | Path | None) -> str | None:
@@ -93,8 +58,6 @@ def target_of(target: str | Path | None) -> str | None:
     if is_url(text):
         return text
     if "://" in text:
-        from dpcurator.curator.stores.postgres_text import unknown_scheme
-
         raise LedgerError(
             f"{unknown_scheme(text)}; give a file path, "
             "sqlite:///PATH or postgresql://user@host/dbname"
@@ -112,8 +75,6 @@ def location_of(target: str) -> str:
     name = target_of(target)
     assert name is not None
     if is_url(name):
-        from dpcurator.curator.stores.postgres_text import read_url
-
         return read_url(name).shown
     return name
 
@@ -124,8 +85,6 @@ def template_of(target: str) -> str:
     name = target_of(target)
     assert name is not None
     if is_url(name):
-        from dpcurator.curator.stores.postgres_text import read_url
-
         return read_url(name).template
     return str(target)
 

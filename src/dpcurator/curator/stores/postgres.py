@@ -38,9 +38,9 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from dpcurator.curator.stores import Busy, is_url
 from dpcurator.curator.stores.postgres_rate import SharedBuckets
-from dpcurator.curator.stores.postgres_text import LedgerURL, read_url, reword, with_schema
+from dpcurator.curator.stores.postgres_text import LedgerURL, is_url, read_url, reword, with_schema
+from dpcurator.curator.stores.protocol import Busy
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.errors import LedgerError, LedgerMissing
 

@@ -30,6 +30,12 @@ from urllib.parse import quote, unquote
 
 from dpcurator.errors import LedgerError
 
+
+def is_url(target: str) -> bool:
+    """Whether ``target`` names a PostgreSQL database rather than a file."""
+    return target.startswith(("postgresql://", "postgres://"))
+
+
 DEFAULT_SCHEMA = "dpcurator"
 #: The words that make a URL parameter a secret (compared without case).
 SECRET_WORDS = ("password", "secret")

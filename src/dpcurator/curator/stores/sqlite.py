@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from dpcurator.curator.stores import Busy
+from dpcurator.curator.stores.protocol import Busy
 from dpcurator.curator.stores.rows import Dump, Rows
 from dpcurator.curator.stores.sqlite_rate import FileBuckets, rate_file
 from dpcurator.errors import LedgerError, LedgerMissing

@@ -87,7 +87,7 @@ def max_overlap(
 
     Exact unless ``time_limit`` (seconds) stops the search; then ``value`` is a safe
     upper bound and ``exact`` is False. ``weights`` default to those of a
-    :class:`~dpcurator.queries.parser.Workload`, else 1.
+    :class:`~dpcurator.queries.workload.Workload`, else 1.
 
     ``decide_at``: only whether gamma_w <= decide_at matters. The search may then stop,
     with ``exact`` False, once ``upper_bound <= decide_at``; a witness of weight
