@@ -35,12 +35,12 @@ from sqlglot.errors import SqlglotError
 
 from dpcurator.errors import QueryError
 from dpcurator.queries.joins import JoinedSchema, joined_schema
-from dpcurator.queries.parts import PARTS
 from dpcurator.queries.predicates import render_name
 from dpcurator.queries.schema import Schema
 from dpcurator.queries.statistic_request import StatisticRequest
 from dpcurator.queries.values import decimal_text, parse_number
 from dpcurator.sql.text import PREFIX, pre_parse
+from dpcurator.sql.where import Names, dashed_name, number, part_name, shown, where_text
 
 __all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
 
@@ -56,14 +56,6 @@ _KINDS = {
     "DP_PERCENTILE_CONT": "percentile",
 }
 _BOUNDS = ("contribution_bounds_per_group", "contribution_bounds_per_row")
-_PART_CLASSES: dict[type, str] = {
-    exp.Year: "year",
-    exp.Month: "month",
-    exp.Day: "day",
-    exp.Hour: "hour",
-}
-_COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
-_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 @dataclass(frozen=True)
@@ -146,246 +138,6 @@ class SelectRequest:
         return (*groups, *(c for n in aggs for c in (n, f"{n}_low", f"{n}_high")))
 
 
-class _Names:
-    """Resolves SQL column references to the (joined) schema's attribute names."""
-
-    def __init__(self, schema: Schema, tables: Mapping[str, str], join: JoinedSchema | None):
-        self.schema = schema
-        self.tables = tables  # alias or name -> table
-        self.join = join
-
-    def column(self, node: exp.Column) -> str:
-        name = node.name
-        qualifier = node.table or None
-        table = None
-        if qualifier is not None:
-            table = self.tables.get(qualifier)
-            if table is None:
-                raise QueryError(f"SQL: {qualifier}.{name}: no table {qualifier!r} in FROM")
-        if self.join is not None:
-            got = self.join.resolve(table, name)
-            if got is not None:
-                return got
-        elif name in self.schema:
-            return name
-        folded = self.schema.named_like(name)
-        if len(folded) == 1 and self.join is None:
-            return folded[0]
-        raise QueryError(f"SQL: unknown column {_shown(node)}")
-
-    def term(self, node: exp.Expression) -> str:
-        """A column, or a part of a time column, as the query language writes it."""
-        if isinstance(node, exp.Column):
-            return render_name(self.column(node))
-        part = _part_name(node)
-        if part is not None:
-            inner = node.this if not isinstance(node, exp.Extract) else node.expression
-            if isinstance(node, exp.Anonymous):
-                if len(node.expressions) != 1:
-                    raise QueryError(f"SQL: {node.sql()} takes one column")
-                inner = node.expressions[0]
-            if not isinstance(inner, exp.Column):
-                raise QueryError(f"SQL: {part}(...) takes a column, got {inner.sql()}")
-            return f"{part}({render_name(self.column(inner))})"
-        dashed = _dashed(node)
-        if dashed is not None:
-            raise QueryError(
-                f"SQL: {dashed} reads as a subtraction; write `{dashed}` in backticks for "
-                "the column of that name"
-            )
-        raise QueryError(f"SQL: {_shown(node)} is not a column or a part of a time")
-
-
-def _shown(node: exp.Expression) -> str:
-    text = node.sql(dialect="bigquery").replace(PREFIX, "")
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _dashed(node: exp.Expression) -> str | None:
-    """``hours-per-week`` read as columns subtracted: its dashed name, else None."""
-    parts: list[str] = []
-
-    def walk(n: exp.Expression) -> bool:
-        if isinstance(n, exp.Sub):
-            return walk(n.this) and walk(n.expression)
-        if isinstance(n, exp.Column) and not n.table:
-            parts.append(n.name)
-            return True
-        return False
-
-    return "-".join(parts) if isinstance(node, exp.Sub) and walk(node) else None
-
-
-def _part_name(node: exp.Expression) -> str | None:
-    for cls, name in _PART_CLASSES.items():
-        if type(node) is cls:
-            return name
-    if isinstance(node, exp.Anonymous) and str(node.this).lower() in PARTS:
-        return str(node.this).lower()
-    if isinstance(node, exp.Extract):
-        unit = node.this.name.upper() if isinstance(node.this, exp.Expression) else str(node.this)
-        if unit in ("YEAR", "MONTH", "DAY", "HOUR"):
-            return unit.lower()
-        if unit == "DAYOFWEEK":
-            raise QueryError(
-                "SQL: EXTRACT(DAYOFWEEK ...) counts from Sunday; write weekday(t) "
-                "(ISO 8601: 1 = Monday .. 7 = Sunday)"
-            )
-        raise QueryError(f"SQL: EXTRACT({unit} ...): the parts are YEAR, MONTH, DAY, HOUR")
-    return None
-
-
-# --- literals and WHERE ---------------------------------------------------------------
-
-
-def _literal(node: exp.Expression) -> str:
-    """A value as the query language writes it."""
-    if isinstance(node, exp.Paren):
-        return _literal(node.this)
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return "'" + node.this.replace("'", "''") + "'"
-        return node.this
-    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        return "-" + node.this.this
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
-        return _literal(node.this)  # DATE '2013-06-01', TIMESTAMP '...'
-    if isinstance(node, exp.Boolean):
-        return "TRUE" if node.this else "FALSE"
-    if isinstance(node, exp.Null):
-        raise QueryError("SQL: a comparison with NULL is never true: write IS NULL or IS NOT NULL")
-    raise QueryError(f"SQL: {_shown(node)} is not a value (a number, 'text', DATE '...')")
-
-
-def _number(node: exp.Expression, what: str) -> Fraction:
-    text = _literal(node)
-    x = parse_number(text)
-    if x is None:
-        raise QueryError(f"SQL: {what} must be a number, got {text}")
-    return x
-
-
-def _is_value(node: exp.Expression) -> bool:
-    try:
-        _literal(node)
-    except QueryError:
-        return False
-    return True
-
-
-def where_text(node: exp.Expression, names: _Names) -> str:
-    """A WHERE (or a share's CASE WHEN) condition in the query language: the rows for
-    which SQL finds it TRUE. SQL's logic has three values: a comparison with a missing
-    value is UNKNOWN, neither true nor false, so ``NOT (x > 5)`` and ``x != 5`` leave the
-    rows where x is missing out, where the query language's own NOT and ``!=`` take
-    them in. Each node is therefore read into the rows where it is TRUE and the rows
-    where it is FALSE (:func:`_truth`); the missing rows are in neither."""
-    return _truth(node, names)[0]
-
-
-def _truth(node: exp.Expression, names: _Names) -> tuple[str, str]:
-    """(TRUE rows, FALSE rows) of a condition, both as query-language text."""
-    if isinstance(node, exp.Paren):
-        return _truth(node.this, names)
-    if isinstance(node, exp.And | exp.Or):  # a chain of one operator, read flat
-        parts = [_truth(p, names) for p in _chain(node, type(node))]
-        t_op, f_op = ("AND", "OR") if isinstance(node, exp.And) else ("OR", "AND")
-        return (
-            "(" + f" {t_op} ".join(t for t, _ in parts) + ")",
-            "(" + f" {f_op} ".join(f for _, f in parts) + ")",
-        )
-    if isinstance(node, exp.Not):
-        inner = node.this
-        if isinstance(inner, exp.In | exp.Between):
-            t, f = _truth(inner, names)
-            return f, t
-        t, f = _truth(inner, names)
-        return f, t
-    for cls, op in _COMPARE.items():
-        if type(node) is cls:
-            left, right = node.this, node.expression
-            if _is_value(left) and not _is_value(right):
-                left, right, op = right, left, _FLIP[op]
-            if isinstance(right, exp.Column | exp.Sub) and not _is_value(right):
-                dashed = _dashed(right)
-                if dashed is None:
-                    raise QueryError(
-                        f"SQL: {_shown(node)} compares two columns; a predicate compares one "
-                        "column with a value"
-                    )
-            term = names.term(left)
-            value = _literal(right)
-            negated = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
-            return _leaf(names, left, f"{term} {op} {value}", f"{term} {negated} {value}")
-    if isinstance(node, exp.Between):
-        term = names.term(node.this)
-        low, high = _literal(node.args["low"]), _literal(node.args["high"])
-        return _leaf(
-            names,
-            node.this,
-            f"{term} BETWEEN {low} AND {high}",
-            f"{term} NOT BETWEEN {low} AND {high}",
-        )
-    if isinstance(node, exp.In):
-        if node.args.get("query") is not None:
-            raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
-        term = names.term(node.this)
-        values = ", ".join(_literal(v) for v in node.expressions)
-        return _leaf(names, node.this, f"{term} IN ({values})", f"{term} NOT IN ({values})")
-    if isinstance(node, exp.Is):
-        if not isinstance(node.expression, exp.Null):
-            raise QueryError(f"SQL: {_shown(node)}: only IS NULL and IS NOT NULL are supported")
-        term = names.term(node.this)
-        return f"{term} IS NULL", f"{term} IS NOT NULL"  # never unknown
-    if isinstance(node, exp.Boolean):
-        return ("TRUE", "FALSE") if node.this else ("FALSE", "TRUE")
-    if isinstance(node, exp.Column):  # a boolean column alone
-        term = names.term(node)
-        return _leaf(names, node, f"{term} = TRUE", f"{term} = FALSE")
-    if isinstance(node, exp.Like | exp.ILike):
-        raise QueryError("SQL: LIKE is not supported: a predicate compares one column with values")
-    if isinstance(node, exp.Subquery | exp.Select | exp.Exists):
-        raise QueryError(
-            "SQL: subqueries are not supported: a predicate compares one column with values"
-        )
-    dashed = _dashed(node)
-    if dashed is not None:
-        names.term(node)  # raises the backtick hint
-    raise QueryError(
-        f"SQL: {_shown(node)} is not a predicate; write comparisons of a column (or a part "
-        "such as month(t)) with values, BETWEEN, IN, IS NULL, joined by AND, OR, NOT"
-    )
-
-
-def _chain(node: exp.Expression, op: type) -> list[exp.Expression]:
-    """The operands of ``a op b op c ...`` (sqlglot nests them; read without recursion),
-    parentheses around a same-operator chain included."""
-    out: list[exp.Expression] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        while isinstance(n, exp.Paren) and isinstance(n.this, op):
-            n = n.this  # type: ignore[assignment]
-        if isinstance(n, op):
-            stack.append(n.expression)
-            stack.append(n.this)
-        else:
-            out.append(n)
-    return out
-
-
-def _leaf(names: _Names, term: exp.Expression, true: str, false: str) -> tuple[str, str]:
-    """A comparison's TRUE and FALSE rows: where its column may be missing, the FALSE
-    rows are those with a value (the missing ones are UNKNOWN)."""
-    column = term if isinstance(term, exp.Column) else next(term.find_all(exp.Column), None)
-    if column is not None:
-        attr = names.schema.attribute(names.column(column))
-        if attr.missing is not None:
-            name = render_name(attr.name)
-            return f"({true} AND {name} IS NOT NULL)", f"({false} AND {name} IS NOT NULL)"
-    return true, false
-
-
 # --- the SELECT list ------------------------------------------------------------------
 
 
@@ -403,14 +155,14 @@ def _bounds(args: Sequence[exp.Expression], what: str) -> tuple[Fraction, Fracti
         pair = a.expression
         if not isinstance(pair, exp.Tuple) or len(pair.expressions) != 2:
             raise QueryError(f"SQL: {what}: {key} => (lower, upper), two numbers")
-        lo, hi = (_number(v, f"{what}'s bound") for v in pair.expressions)
+        lo, hi = (number(v, f"{what}'s bound") for v in pair.expressions)
         if lo >= hi:
             raise QueryError(f"SQL: {what}: the bounds need lower < upper")
         found = (lo, hi)
     return found
 
 
-def _share_condition(node: exp.Expression, names: _Names) -> str | None:
+def _share_condition(node: exp.Expression, names: Names) -> str | None:
     """``CASE WHEN c THEN 1 ELSE 0 END`` or ``IF(c, 1, 0)``: the condition's text."""
 
     def one(v: exp.Expression | None, want: str) -> bool:
@@ -433,7 +185,7 @@ def _aggregate(
     node: exp.Expression,
     name: str,
     text: str,
-    names: _Names,
+    names: Names,
     unit: str | None,
     where: str | None,
     groups: Sequence[str],
@@ -484,7 +236,7 @@ def _aggregate(
             return Aggregate(name, text, ask("share", condition=cond))
     first = positional[0]
     if not isinstance(first, exp.Column):
-        dashed = _dashed(first)
+        dashed = dashed_name(first)
         if dashed is not None:
             names.term(first)
         raise QueryError(
@@ -497,7 +249,7 @@ def _aggregate(
     if kind == "percentile":
         if len(positional) != 2:
             raise QueryError(f"SQL: PERCENTILE_CONT({col}, p): give the percentile p in [0, 1]")
-        q = _number(positional[1], "the percentile")
+        q = number(positional[1], "the percentile")
         if not 0 <= q <= 1:
             raise QueryError(f"SQL: PERCENTILE_CONT's p must be in [0, 1], got {decimal_text(q)}")
         if not attr.ordered:
@@ -723,7 +475,7 @@ def _default_name(node: exp.Expression, written: str) -> str:
     language writes it (``month(time_hour)``), else the expression as written."""
     if isinstance(node, exp.Column):
         return node.name
-    part = _part_name(node) if not isinstance(node, exp.Count) else None
+    part = part_name(node) if not isinstance(node, exp.Count) else None
     if part is not None:
         inner = (
             node.expressions[0]
@@ -735,7 +487,7 @@ def _default_name(node: exp.Expression, written: str) -> str:
     return written
 
 
-def _plain_term(names: _Names, node: exp.Expression) -> str:
+def _plain_term(names: Names, node: exp.Expression) -> str:
     """A group term written in SQL, as the curator's group terms are (``month(t)``)."""
     if isinstance(node, exp.Column):
         return names.column(node)
@@ -743,7 +495,7 @@ def _plain_term(names: _Names, node: exp.Expression) -> str:
     return text  # part(name): render_name'd inside, as group_term reads it
 
 
-def _group_by(tree: exp.Select, names: _Names) -> list[str]:
+def _group_by(tree: exp.Select, names: Names) -> list[str]:
     group = tree.args.get("group")
     if group is None:
         return []
@@ -768,10 +520,10 @@ def _group_by(tree: exp.Select, names: _Names) -> list[str]:
                 ):
                     node = item.this
         if _has_aggregate(node):
-            raise QueryError(f"SQL: GROUP BY {_shown(node)}: an aggregate is not a group")
+            raise QueryError(f"SQL: GROUP BY {shown(node)}: an aggregate is not a group")
         term = _plain_term(names, node)
         if term in out:
-            raise QueryError(f"SQL: GROUP BY names {_shown(node)} twice")
+            raise QueryError(f"SQL: GROUP BY names {shown(node)} twice")
         out.append(term)
     return out
 
@@ -809,7 +561,7 @@ def output_index(
     if canonical in texts:
         return texts.index(canonical)
     raise QueryError(
-        f"SQL: {where} {_shown(node)}: name an output of the SELECT (its alias, position or "
+        f"SQL: {where} {shown(node)}: name an output of the SELECT (its alias, position or "
         "expression as written there)"
     )
 
@@ -820,7 +572,7 @@ def _limit(tree: exp.Select) -> int | None:
         return None
     node = limit.expression
     if not (isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()):
-        raise QueryError(f"SQL: LIMIT takes a whole number, got {_shown(node)}")
+        raise QueryError(f"SQL: LIMIT takes a whole number, got {shown(node)}")
     n = int(node.this)
     if n > MAX_LIMIT:
         raise QueryError(f"SQL: LIMIT {n} is over {MAX_LIMIT}")
@@ -829,7 +581,7 @@ def _limit(tree: exp.Select) -> int | None:
 
 def _from(
     tree: exp.Select, schemas: Mapping[str, Schema], unit: str | None
-) -> tuple[str, JoinedSchema | None, _Names]:
+) -> tuple[str, JoinedSchema | None, Names]:
     src = tree.args.get("from_") or tree.args.get("from")
     if src is None:
         raise QueryError("SQL: FROM <table> is missing")
@@ -859,7 +611,7 @@ def _from(
     a = table_of(first)
     if not joins:
         schema = schemas[a]
-        return a, None, _Names(schema, tables, None)
+        return a, None, Names(schema, tables, None)
     j = joins[0]
     if not isinstance(j.this, exp.Table):
         raise QueryError("SQL: JOIN takes a table (subqueries are not supported)")
@@ -897,10 +649,10 @@ def _from(
             == {a, b}
         ):
             raise QueryError(
-                f"SQL: JOIN ... ON {_shown(on)}: joins are on the privacy unit only: "
+                f"SQL: JOIN ... ON {shown(on)}: joins are on the privacy unit only: "
                 f"ON {a}.{unit} = {b}.{unit} (or USING ({unit}))"
             )
     else:
         raise QueryError(f"SQL: a cross join is not supported: JOIN ... USING ({unit})")
     joined = joined_schema(a, schemas[a], b, schemas[b], unit)
-    return joined.name, joined, _Names(joined.schema, tables, joined)
+    return joined.name, joined, Names(joined.schema, tables, joined)
