@@ -41,14 +41,8 @@ from dpcurator.backends._validation import (
     clip_plan,
     summed_rows,
 )
-from dpcurator.backends.spark_load import (
-    DECIMAL,
-    SPARK_ERRORS,
-    Loader,
-    acquire,
-    code_column,
-    release,
-)
+from dpcurator.backends.spark_load import DECIMAL, Loader, code_column
+from dpcurator.backends.spark_session import SPARK_ERRORS, acquire, release
 from dpcurator.backends.unit_rows import UNIT_COLUMN
 from dpcurator.errors import InvalidParameter
 from dpcurator.queries.boolean import BooleanQuery
@@ -627,7 +621,9 @@ class SparkBackend:
                 cols, at = g.with_column(self.schema.index(n))
                 listed = [self._columns[i] for i in cols]
                 table = _collect_arrow(rows_df.groupBy(*listed).agg(F.count(one).alias("n")))
-                per_code.append(([*listed, "n"], {c: _column(table, c) for c in [*listed, "n"]}, at))
+                per_code.append(
+                    ([*listed, "n"], {c: _column(table, c) for c in [*listed, "n"]}, at)
+                )
         k = len(keys)
         cell = (
             g.cell_of([np.array([r[i] for r in got], np.int64) for i in range(k)])

@@ -1,4 +1,5 @@
-"""Loading for the Spark backend: the session, reading with a file-order key, coding.
+"""Loading for the Spark backend: reading with a file-order key, coding (the session is
+:mod:`dpcurator.backends.spark_session`'s).
 
 The pipeline (:class:`Loader`) reads the source with an order key per row (for row numbers
 in messages), codes and validates every value on the cluster with DuckDB's rules and
@@ -14,7 +15,6 @@ import datetime as dt
 import functools
 import operator
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,12 @@ from dpcurator.backends._validation import (
     no_unit_column_message,
     value_codes,
 )
+from dpcurator.backends.spark_session import (
+    SPARK_ERRORS,
+    is_local,
+    reading_session,
+    spark_message,
+)
 from dpcurator.backends.unit_rows import (
     FLOAT_INTEGERS,
     SEPARATOR,
@@ -52,9 +58,7 @@ from dpcurator.backends.unit_rows import (
 from dpcurator.errors import DataError, InvalidParameter
 
 try:
-    from py4j.protocol import Py4JError
     from pyspark import StorageLevel
-    from pyspark.errors import PySparkException
     from pyspark.sql import Column, DataFrame, SparkSession, Window
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -74,33 +78,6 @@ _MAP_KEYS = 64
 _BROADCAST_KEYS = 1 << 20
 
 DECIMAL = T.DecimalType(38, 0)
-#: Spark errors worth turning into a one-line DataError during a load.
-SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JError)
-
-# Sessions this module started (id of the SparkContext -> number of open backends).
-_OWNED: dict[int, int] = {}
-_OWNED_LOCK = threading.Lock()
-
-
-def spark_message(err: BaseException) -> str:
-    """One line from a Spark error: the deepest Java cause's message, if any."""
-    text = ""
-    java = getattr(err, "java_exception", None)
-    if java is not None:
-        with contextlib.suppress(Exception):
-            t, depth = java, 0
-            while t is not None and depth < 20:
-                msg = t.getMessage()
-                if msg:
-                    text = str(msg)
-                t, depth = t.getCause(), depth + 1
-    if not text:
-        getter = getattr(err, "getMessage", None)
-        with contextlib.suppress(Exception):
-            text = str(getter()) if callable(getter) else ""
-    line = first_line(text or str(err))
-    cut = line.find(" SQLSTATE:")
-    return line[:cut].rstrip() if cut > 0 else line
 
 
 def _as_text(value: object, dtype: T.DataType) -> str | None:
@@ -204,79 +181,6 @@ def code_column(i: int) -> str:
     return f"c{i}"
 
 
-def _is_local(text: str) -> bool:
-    return "://" not in text and not text.startswith(("hdfs:", "s3a:", "s3:", "gs:", "abfs"))
-
-
-def acquire(spark: object) -> tuple[SparkSession, bool]:
-    """The session to use, and whether this module started it."""
-    if isinstance(spark, SparkSession):
-        return spark, False
-    if spark is not None and (not isinstance(spark, str) or not spark.strip()):
-        raise InvalidParameter(
-            "spark must be a SparkSession, a master URL such as 'local[2]' or "
-            f"'spark://host:7077', or None, got {spark!r}"
-        )
-    from pyspark import SparkContext
-
-    with _OWNED_LOCK:
-        running = SparkContext._active_spark_context
-        if running is not None:
-            if spark is not None and running.master != spark:
-                raise InvalidParameter(
-                    f"a Spark session with master {running.master!r} is already running in "
-                    f"this process; pass it as spark=, or stop it before using {spark!r}"
-                )
-            session = SparkSession.builder.getOrCreate()
-            owned = id(running) in _OWNED
-        else:
-            master = spark if spark is not None else "local[*]"
-            try:
-                session = (
-                    SparkSession.builder.master(master)
-                    .appName("dpcurator")
-                    .config("spark.ui.showConsoleProgress", "false")
-                    .getOrCreate()
-                )
-            except (*SPARK_ERRORS, RuntimeError, OSError) as err:
-                raise InvalidParameter(
-                    f"cannot start Spark with master {master!r}: {spark_message(err)}"
-                ) from None
-            owned = True
-        if owned:
-            key = id(session.sparkContext)
-            _OWNED[key] = _OWNED.get(key, 0) + 1
-        return session, owned
-
-
-def _reading_session(session: SparkSession) -> SparkSession:
-    """A session with the settings of ``session`` (which is left as it is) for reading
-    files: names are case-sensitive (a Parquet file may hold names equal but for case;
-    columns are addressed by position anyway), and the CSV reader parses every column of
-    every line, so that a line with too few or too many fields is an error, as in DuckDB
-    (with column pruning Spark would only parse the columns it needs)."""
-    try:
-        clone = SparkSession(session.sparkContext, session._jsparkSession.cloneSession())
-    except Exception:  # an internal API: fall back to a fresh session's settings
-        clone = session.newSession()
-    clone.conf.set("spark.sql.caseSensitive", "true")
-    clone.conf.set("spark.sql.csv.parser.columnPruning.enabled", "false")
-    return clone
-
-
-def release(session: SparkSession) -> None:
-    """Stop a session this module started once its last backend is closed."""
-    with _OWNED_LOCK:
-        key = id(session.sparkContext)
-        left = _OWNED.get(key, 0) - 1
-        if left > 0:
-            _OWNED[key] = left
-            return
-        _OWNED.pop(key, None)
-    with contextlib.suppress(Exception):
-        session.stop()
-
-
 class Loader:
     """raw rows with a file-order key -> coded, validated rows -> cached coded table.
 
@@ -330,7 +234,7 @@ class Loader:
     def ingest(self, data: Any) -> None:
         if isinstance(data, str | Path):
             text = str(data)
-            if _is_local(text):
+            if is_local(text):
                 path = Path(text)
                 self.source = str(path)
                 if path.is_dir():
@@ -343,7 +247,7 @@ class Loader:
             else:
                 self.source = uri = text
                 kind = "parquet" if text.lower().endswith((".parquet", ".pq", "/")) else "csv"
-            reader = _reading_session(self.session)
+            reader = reading_session(self.session)
             self.session = reader
             if kind == "parquet":
                 df = self._run(lambda: reader.read.parquet(uri))
