@@ -815,6 +815,38 @@ def test_a_refusal_at_once_never_waits(tmp_path):
         led.close()
 
 
+def test_a_lookup_of_an_unchanged_chain_is_one_statement(tmp_path):
+    """While the analysts' chain is as the last lookup left it, a lookup (in a thread,
+    or the event loop's check) reads its head in one statement and nothing else; once
+    another process changed it, the next lookup reads the change and judges by it."""
+    path = make(tmp_path / "l.db")
+    admin, server = Ledger(path, IDENTITY), Ledger(path, IDENTITY)
+    unknown = f"dpc_{'0' * 16}_{'x' * 43}"
+    try:
+        alice = admin.add_credential("alice")
+        assert server.authenticate(alice) == Principal("alice", False)
+        seen: list[str] = []
+        server._store._auth.set_trace_callback(seen.append)
+        assert server.authenticate(alice) == Principal("alice", False)
+        assert server.refused_at_once(unknown)
+        assert server.authenticate(unknown) is None
+        assert len(seen) == 3 and all("FROM meta" in sql for sql in seen), seen
+        seen.clear()
+        bob = admin.add_credential("bob")  # another process's commit
+        assert not server.refused_at_once(bob)
+        assert server.authenticate(bob) == Principal("bob", False)
+        assert seen[0].startswith("SELECT") and "BEGIN" in seen and "COMMIT" in seen, seen
+        admin.revoke("alice")
+        seen.clear()
+        assert server.refused_at_once(alice) is False  # the view accepted it: a thread's
+        assert server.authenticate(alice) is None  # which reads the revocation
+        assert "BEGIN" in seen
+        assert server.refused_at_once(alice)
+    finally:
+        admin.close()
+        server.close()
+
+
 def test_a_lookup_waits_for_a_commit_being_written_and_no_longer(tmp_path):
     """:meth:`authenticate` behind SQLite's exclusive lock: it answers once the lock is
     let go (it tries again every half millisecond), and past the wait it allows, it is

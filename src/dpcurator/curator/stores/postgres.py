@@ -401,6 +401,10 @@ class PostgresStore:
         wait for (:class:`Busy`; :meth:`read_now` reads)."""
         raise Busy
 
+    def meta_at_once(self, key: str) -> object:
+        """Never, as :meth:`read_at_once`."""
+        raise Busy
+
     def close(self) -> None:
         self._conn.close()
         if self._auth is not None:
