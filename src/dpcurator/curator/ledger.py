@@ -616,7 +616,7 @@ class Ledger(AnalystsChain, Anchoring, Checkpoints):
                 text = json.dumps(answer)
                 seal = chain.answer_seal(h, text)
             rows.insert_charge((*fields, h.hex(), text, seal))
-            rows.set_meta("charges_head", f"{cid} {h.hex()}")
+            rows.set_meta("charges_head", chain.head_text(cid, h))
             self._head = (cid, h)
             # what the next checkpoint seals of it, as written (see _write_checkpoint)
             if self._has_checkpoints and self.durable:  # its hull: not again at the checkpoint

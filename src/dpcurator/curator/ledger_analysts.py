@@ -234,7 +234,7 @@ class AnalystsChain:
                 head = (0, chain.analysts_genesis(self._genesis))
             try:
                 # the common case, in one statement: nothing changed since the view
-                if self._store.meta_at_once("analysts_head") == f"{head[0]} {head[1].hex()}":
+                if self._store.meta_at_once("analysts_head") == chain.head_text(*head):
                     return by_key
             except Busy:
                 if not wait:
@@ -296,7 +296,7 @@ class AnalystsChain:
         h = chain.digest(prev, chain.encode(fields))
         rows = self._rows()
         rows.insert_analyst((*fields, h.hex()))
-        rows.set_meta("analysts_head", f"{seq} {h.hex()}")
+        rows.set_meta("analysts_head", chain.head_text(seq, h))
         self._analysts = {**self._analysts, name: chain.Entry(quota, admin, key, token_hash)}  # type: ignore[arg-type]
         self._analysts_head = (seq, h)
 

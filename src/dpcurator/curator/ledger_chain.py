@@ -83,6 +83,13 @@ def answer_seal(charge: bytes, answer: str) -> str:
     return hashlib.sha256(b"answer\x00" + charge + answer.encode()).hexdigest()
 
 
+def head_text(n: int, h: bytes) -> str:
+    """How the meta rows ``charges_head`` and ``analysts_head`` record a chain's head:
+    its last entry's number and hash (the lookups compare this text, see
+    :meth:`~dpcurator.curator.ledger.Ledger.authenticate`)."""
+    return f"{n} {h.hex()}"
+
+
 def initial_meta(identity: str) -> list[tuple[str, str]]:
     """The meta rows of a new, empty ledger of ``identity``."""
     first = genesis(FORMAT, identity)
@@ -90,8 +97,8 @@ def initial_meta(identity: str) -> list[tuple[str, str]]:
         ("format", FORMAT),
         ("identity", identity),
         ("genesis", first.hex()),
-        ("charges_head", f"0 {first.hex()}"),
-        ("analysts_head", f"0 {analysts_genesis(first).hex()}"),
+        ("charges_head", head_text(0, first)),
+        ("analysts_head", head_text(0, analysts_genesis(first))),
     ]
 
 
