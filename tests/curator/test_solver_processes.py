@@ -344,6 +344,108 @@ def test_a_worker_killed_mid_search_is_undecided_and_replaced(tmp_path):
         c.close()
 
 
+@pytest.fixture
+def searches(monkeypatch):
+    """Where the searches run: the names of the threads that searched in this process,
+    and how many jobs went to a worker (the real search and handover, counted)."""
+    import dpcurator.curator.solver_processes as sp
+
+    seen: dict[str, list[str]] = {"here": [], "worker": []}
+    search, solve = sp.max_loss, sp.SolverProcesses._solve
+
+    def here(*args: object, **kw: object) -> object:
+        seen["here"].append(threading.current_thread().name)
+        return search(*args, **kw)
+
+    def worker(self: object, *args: object) -> object:
+        seen["worker"].append(threading.current_thread().name)
+        return solve(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sp, "max_loss", here)
+    monkeypatch.setattr(sp.SolverProcesses, "_solve", worker)
+    return seen
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_warmed_pool_never_searches_in_a_requests_thread(small, tmp_path, searches, warm):
+    """A pool no one warmed runs its first checks in the request's thread while its
+    first worker starts (a one-off command need not wait for it); a warmed one (as
+    ``dpcurator serve``'s) waits for its worker instead, from the first check on."""
+    data, schema = small
+    c = Curator.open(
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "w.db",
+        solver_processes=True,
+    )  # fmt: skip
+    try:
+        assert c._processes is not None
+        c._processes.local_cells = 0  # every search past the quick bound goes to the pool
+        if warm:
+            c.warm_solvers()
+        r = random.Random(9)
+        for _ in range(40):
+            with contextlib.suppress(BudgetExceeded):
+                c.count(boolean_request(r), epsilon=1.0)
+        if warm:
+            assert searches["here"] == [] and searches["worker"]
+        else:
+            assert searches["here"]  # the first, at least, while the worker started
+    finally:
+        c.close()
+
+
+def test_while_every_worker_drains_a_check_waits_for_one(tmp_path, searches):
+    """Each worker that takes one of a request's searches is stopped (SIGSTOP) once it
+    has read its job: it overruns, and drains its late reply. The next request's search
+    then waits for a new worker within its deadline, and never runs in the request's
+    thread (there it would hold the interpreter lock other requests need for up to the
+    solver's time limit)."""
+    c = hard_curator(
+        tmp_path, request_time_limit=1.5, solver_time_limit=30.0, solver_processes=True,
+        solver_threads=1,
+    )  # fmt: skip
+    procs = c._processes
+    assert procs is not None and procs.start() == procs.workers == 1
+    procs.local_cells = 0
+    for seen in searches.values():
+        seen.clear()  # (the ledger's filling, by a pool no one warmed)
+    stopped: list[int] = []
+    done = threading.Event()
+
+    def stop_each_busy_worker() -> None:
+        while not done.is_set():
+            with procs._cond:
+                busy = [w for w in procs._busy if w.process.pid not in stopped]
+            for w in busy:
+                if _unread(w.jobs) == 0:  # its job read whole, then stopped mid-search
+                    time.sleep(0.05)
+                    os.kill(w.process.pid, signal.SIGSTOP)
+                    stopped.append(w.process.pid)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=stop_each_busy_worker)
+    watcher.start()
+    try:
+        with contextlib.suppress(BudgetExceeded, Undecided):
+            c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+        done.set()
+        watcher.join()
+        with procs._cond:
+            if not stopped or procs._free or procs._busy:
+                pytest.skip("the request was decided before its worker was stopped")
+            assert procs._draining
+        with contextlib.suppress(BudgetExceeded, Undecided):
+            c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
+        assert searches["here"] == []
+        assert len(searches["worker"]) >= 2
+    finally:
+        done.set()
+        watcher.join()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        c.close()
+
+
 def test_close_kills_every_worker(small, tmp_path):
     _, c = decisions(small, tmp_path, "p.db", True)
     procs = c._processes

@@ -685,6 +685,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{fit} connections at once\n"
             )
         serve_interpreter.tune()
+        curator.warm_solvers()
         print(f"listening on {url}", flush=True)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(

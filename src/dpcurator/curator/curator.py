@@ -142,6 +142,16 @@ class Curator(
             self._load_checkpoint()
             self._sync()
 
+    def warm_solvers(self) -> None:
+        """Start the first exact-check worker process now, in the background, so that no
+        exact check ever searches in a request's thread (where it would hold the
+        interpreter lock every other request needs); a server calls it as it starts.
+        Without it the first check of a one-off command runs in its own thread while
+        the worker starts. Nothing if the checks run in threads
+        (``solver_processes=False``)."""
+        if self._processes is not None:
+            self._processes.warm()
+
     def stop(self) -> None:
         """Refuse new requests and those in flight that are not charged yet (at their
         next deadline check, :class:`~dpcurator.errors.Undecided`, nothing charged);

@@ -25,8 +25,9 @@ on first need, one at a time (an interpreter takes a few tenths of a second to i
 solver; four started at once would take both cores from the requests they are meant to
 help). A request waits for a worker, within its deadline, rather than search in its own
 thread: there the search would hold the interpreter lock for up to the solver's time
-limit (only while the first worker starts is a check run in the request's
-thread). They are not children made by
+limit. Only the first check of a pool no one warmed runs in its request's thread, while
+the first worker starts (``dpcurator serve`` warms its pool as it starts: there no check
+ever searches in a request's thread). They are not children made by
 :mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
 again, so a script's top-level code would run in every worker, and a script read from
 stdin could start none.
@@ -237,7 +238,9 @@ class SolverProcesses:
         self._busy: set[_Worker] = set()
         self._draining: set[_Worker] = set()  # late: their reply is awaited, then discarded
         self._starting = False
-        self._wanted = 0  # workers asked for by :meth:`start`
+        self._wanted = 0  # workers asked for by :meth:`start` or :meth:`warm`
+        # a worker has been ready: from then on a check waits for one (see _take)
+        self._ready_once = False
         self._failed = False  # a worker could not start: every check in its thread
         self._closed = threading.Event()
         self._cond = threading.Condition()
@@ -269,6 +272,14 @@ class SolverProcesses:
                 self._cond.wait(left)
             return self._count()
 
+    def warm(self) -> None:
+        """Start one worker in the background now, without waiting for it: a server's
+        first exact check then waits for it (a few tenths of a second) rather than
+        search in the request's thread (see :meth:`_take`)."""
+        with self._cond:
+            self._wanted = max(self._wanted, 1)
+            self._start_next()
+
     def _start_next(self) -> None:
         """Start one more worker in the background, unless one is starting already, the
         bound is reached, or workers cannot start here. Under ``self._cond``."""
@@ -288,6 +299,7 @@ class SolverProcesses:
             self._starting = False
             if ok and worker is not None and not self._closed.is_set():
                 self._free.append(worker)
+                self._ready_once = True
                 if self._wanted > self._count():
                     self._start_next()
                 worker = None
@@ -303,11 +315,17 @@ class SolverProcesses:
 
     def _take(self, deadline: Deadline) -> _Worker | None:
         """A free worker, waiting for one (started if the bound allows) until the
-        deadline; None (compute in this thread) while the first worker starts, or if
-        workers cannot start here. Once one runs, waiting is better than computing here:
-        a search in this thread holds the interpreter lock every other request needs for
-        up to the solver's time limit, and the next worker is a few tenths of a second
-        away."""
+        deadline; None (compute in this thread) if workers cannot start here, or for the
+        first check of a pool no one warmed (:meth:`warm`, :meth:`start`) while its first
+        worker starts (a one-off check from the command line need not wait for an
+        interpreter to import the solver). Otherwise waiting is better than computing
+        here, also while every worker drains a late reply: a search in this thread holds
+        the interpreter lock every other request needs for up to the solver's time
+        limit, and the next worker is a few tenths of a second away. Measured under
+        benchmarks/stall.py's flood, where many checks overrun their deadline and their
+        workers drain: with the searches that then ran in the requests' threads, a
+        malformed token's 401 took 52-102 ms at most, and the victim's count 126-377 ms
+        (five runs); without them, 20-67 ms and 51-415 ms (the same runs)."""
         with self._cond:
             while True:
                 if self._closed.is_set():
@@ -319,8 +337,8 @@ class SolverProcesses:
                 if self._failed and not self._busy and not self._draining:
                     return None
                 self._start_next()
-                if not self._busy and not self._failed:
-                    return None  # the first worker is starting: this one in the thread
+                if not (self._busy or self._draining or self._ready_once or self._wanted):
+                    return None  # a lazy pool's first check, while its first worker starts
                 left = deadline.left()
                 if left <= 0:
                     raise deadline.error()
