@@ -351,7 +351,7 @@ def test_privacy_unit_keeps_k_rows_per_id_chosen_by_key(tmp_path):
 
     # u1 keeps the 2 of its rows with the smallest keyed hash; u2 and u3 keep every row.
     def best(uid: str, ages: list[int]) -> list[int]:  # ages by keyed hash
-        return sorted(ages, key=lambda age: row_hash(key, [age, 0, 0], uid))
+        return sorted(ages, key=lambda age: row_hash(key, [age, 0, 0], uid, copy=0))
 
     u1 = best("u1", [1, 3, 4, 7])[:2]
     with load_table(p, SCHEMA, privacy_unit=("user_id", 2), unit_key=key) as b:

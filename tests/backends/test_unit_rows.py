@@ -22,7 +22,9 @@ from dpcurator.backends._validation import check_load_options
 from dpcurator.backends.unit_rows import (
     UnitReport,
     candidate_ks,
+    canonical_id,
     choose_rows,
+    kept_by_unit,
     row_hash,
     row_text,
 )
@@ -87,6 +89,39 @@ def test_row_text_is_unambiguous_and_hashes_as_sha256():
     assert candidate_ks(51) == (1, 2, 5, 10, 20, 50, 51)
     assert candidate_ks(4300) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 4300)
     assert candidate_ks(0) == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "unit"),
+    [
+        ("7", "7"), ("7.0", "7"), ("+7", "7"), ("007", "7"), ("7e0", "7"), ("7.", "7"),
+        ("70e-1", "7"), ("-0", "0"), ("-0.0", "0"), ("-12.000", "-12"),
+        ("1714.0", "1714"), ("9007199254740991.0", "9007199254740991"),
+        # not an integer below 2^53, or not a decimal number: as it is
+        ("7.5", "7.5"), (".5", ".5"), ("9007199254740992", "9007199254740992"),
+        ("9007199254740993", "9007199254740993"), ("1e400", "1e400"), ("-1e400", "-1e400"),
+        ("nan", "nan"), ("inf", "inf"), ("0x10", "0x10"), ("1_000", "1_000"), ("", ""),
+        ("u7", "u7"), ("7 ", "7 "), ("٧", "٧"), ("1e15", "1000000000000000"),
+        ("1e16", "1e16"),
+    ],
+)  # fmt: skip
+def test_canonical_id(text, unit):
+    assert canonical_id(text) == unit
+
+
+def test_copies_of_a_row_are_kept_as_often_as_any_row():
+    """A unit of 100 copies of one row and 3 of another keeps, at k = 5, each row with
+    probability 5/103: on average 15/103 = 0.146 of the rare ones (hypergeometric). Over
+    2,000 keys (fixed: deterministic) the mean is within 0.05 of it; scheme 1 ranked the
+    copies alike and kept all 3 rare rows whenever they hashed first (mean ~1.5)."""
+    rows = [("a", (1,))] * 100 + [("a", (0,))] * 3
+    keys = [hashlib.sha256(b"copies %d" % i).digest() for i in range(2000)]
+
+    def mean(scheme: int) -> float:
+        return float(np.mean([choose_rows(rows, 5, key, scheme).count((0,)) for key in keys]))
+
+    assert abs(mean(2) - 15 / 103) < 0.05
+    assert mean(1) > 1.0
 
 
 def test_report_from_sizes():
@@ -237,6 +272,49 @@ def test_integer_ids_hash_alike_in_every_type(tmp_path):
             assert kept(b) == want
 
 
+def test_copies_are_kept_uniformly_by_duckdb(tmp_path):
+    """2,000 units, each of 100 copies of one row and 3 of another, kept at k = 5: the
+    rare rows kept are the reference's exactly, and about 2,000 x 15/103 = 291 of them
+    (standard deviation about 16)."""
+    rows = [(f"u{u}", (20, 1)) for u in range(2000) for _ in range(100)]
+    rows += [(f"u{u}", (30, 0)) for u in range(2000) for _ in range(3)]
+    df = pd.DataFrame(
+        {"uid": [u for u, _ in rows], "age": [a for _, (a, _) in rows],
+         "sex": ["FM"[s] for _, (_, s) in rows]}
+    ).sample(frac=1.0, random_state=2)  # fmt: skip
+    with load(df, 5) as b:
+        got = kept(b)
+    assert got == choose_rows(rows, 5, KEY)
+    assert abs(got.count((30, 0)) - 2000 * 15 / 103) < 100
+
+
+def test_ids_that_read_as_one_number_are_one_unit_in_every_format(tmp_path):
+    """pandas writes a float id column as ``1714.0`` in a CSV file; the same ids in a
+    Parquet file or a DataFrame are floats (with a missing value) or integers. Every
+    format keeps the same rows (the unit ids 1714.0 and 1714 are one), and in one CSV
+    file ``7``, ``7.0``, ``+7``, ``007`` and ``7e0`` are one unit."""
+    df = frame(2000, 80, seed=12)
+    df["uid"] = df["uid"].str[1:].astype(np.float64)
+    with_missing = pd.concat([df, pd.DataFrame({"uid": [np.nan], "age": [5], "sex": ["F"]})])
+    path = tmp_path / "d.csv"
+    with_missing.to_csv(path, index=False)
+    assert "1.0," in path.read_text() or ".0," in path.read_text()  # as pandas writes floats
+    with_missing.to_parquet(tmp_path / "d.parquet")
+    as_int = df.astype({"uid": np.int64})
+    want = choose_rows(codes(as_int), 3, KEY)
+    for src in (path, tmp_path / "d.parquet", with_missing, as_int, df.astype({"uid": str})):
+        with load(src, 3, on_invalid="drop") as b:
+            assert kept(b) == want, src
+            assert b.report.unit.units == df["uid"].nunique()
+    forms = pd.DataFrame(
+        {"uid": ["7", "7.0", " +7", "007", "7e0", "8"] * 4, "age": range(24), "sex": "F"}
+    )
+    forms.to_csv(tmp_path / "forms.csv", index=False)
+    with load(tmp_path / "forms.csv", 100) as b:
+        assert b.report.unit.units == 2
+        assert b.distinct_units(parse_query("age >= 0", SCHEMA)) == 2
+
+
 def test_the_unit_key_is_required_checked_and_never_shown(tmp_path):
     df = frame(50, 5, seed=6)
     with pytest.raises(InvalidParameter, match=r"^privacy_unit needs unit_key: 32 secret"):
@@ -340,19 +418,35 @@ def test_spark_missing_and_float_ids_as_duckdb(spark, tmp_path):
     spk.close()
 
 
+@spark_test
+@pytest.mark.parametrize("scheme", [1, 2])
+def test_spark_reads_ids_and_numbers_copies_as_duckdb(spark, tmp_path, scheme):
+    """Ids written many ways (numbers, padded, signed, exponents, words, beyond 2^53) and
+    units of many copies of few rows: Spark keeps DuckDB's rows, in either scheme."""
+    rng = np.random.default_rng(13)
+    forms = ["7", "7.0", "+7", "007", "7e0", "7.", "-0", "0.0", "8.5", ".5", "1e400",
+             "9007199254740993", "abc", "a|b", "12", "012.000"]  # fmt: skip
+    df = pd.DataFrame(
+        {"uid": rng.choice(forms, 1500), "age": rng.integers(0, 3, 1500),
+         "sex": rng.choice(["F", "M"], 1500)}
+    )  # fmt: skip
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    duck, spk, _ = load_twins(spark, path, 4, unit_rows=scheme)
+    assert kept(duck) == spark_kept(spk) == choose_rows(codes(df), 4, KEY, scheme)
+    assert duck.report.unit.units == (9 if scheme == 2 else len(forms))
+    everything = parse_query("age >= 0", SCHEMA)
+    assert duck.distinct_units(everything) == spk.distinct_units(everything)
+    duck.close()
+    spk.close()
+
+
 # --------------------------------------------------------------------- distinct units
 
 
 def kept_ids(df: pd.DataFrame, k: int, where) -> int:
     """Reference: units with a kept row (their k rows of smallest keyed hash) in ``where``."""
-    units: dict[str, list[tuple[int, int]]] = {}
-    for uid, c in codes(df):
-        units.setdefault(uid, []).append(c)
-    n = 0
-    for uid, mine in units.items():
-        ranked = sorted(mine, key=lambda c, uid=uid: row_hash(KEY, c, uid))[:k]
-        n += any(where(c) for c in ranked)
-    return n
+    return sum(any(where(c) for c in mine) for mine in kept_by_unit(codes(df), k, KEY).values())
 
 
 def test_distinct_units_counts_the_units_of_the_kept_rows():

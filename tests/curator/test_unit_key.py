@@ -50,10 +50,36 @@ def histogram(path, schema, ledger, **kw):
         return [int(v) for v in h.values()], c._ledger.unit_key
 
 
-def kept(df, key, k=4):
+def kept(df, key, k=4, scheme=2):
     rows = [(str(u), [a]) for u, a in zip(df.uid, df.age, strict=True)]
-    counts = Counter(code for (code,) in choose_rows(rows, k, key))
+    counts = Counter(code for (code,) in choose_rows(rows, k, key, scheme))
     return [counts.get(a, 0) for a in range(100)]
+
+
+def rewrite_identity(ledger, change) -> bytes:
+    """Rewrite an empty ledger's identity as ``change`` edits it (as an older dpcurator
+    wrote it), its genesis and heads recomputed; the new genesis."""
+    from dpcurator.curator.ledger_chain import FORMAT, analysts_genesis
+    from dpcurator.curator.ledger_chain import genesis as genesis_of
+
+    db = sqlite3.connect(ledger)
+    (identity,) = db.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
+    ident = json.loads(identity)
+    change(ident)
+    old = json.dumps(ident, sort_keys=True)
+    genesis = genesis_of(FORMAT, old)
+    db.execute("DELETE FROM charges")
+    for k, v in (
+        ("identity", old),
+        ("genesis", genesis.hex()),
+        ("charges_head", f"0 {genesis.hex()}"),
+        ("analysts_head", f"0 {analysts_genesis(genesis).hex()}"),
+    ):
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (v, k))
+    db.commit()
+    db.close()
+    ledger.with_name(ledger.name + ".anchor").unlink()
+    return genesis
 
 
 def test_every_open_keeps_the_rows_the_ledger_chose(table):
@@ -130,32 +156,55 @@ def test_a_file_that_does_not_load_creates_no_ledger(table):
 
 def test_a_ledger_from_before_keys_were_kept_derives_one_from_its_genesis(table):
     """An empty ledger whose identity has no key (as every ledger written before): its
-    key is SHA-256 of its genesis under a label, the same at every open."""
+    key is SHA-256 of its genesis under a label, the same at every open; its rows are
+    chosen by scheme 1, as they were then."""
     d, df = table
     ledger = d / "old.db"
     histogram(d / "d.csv", d / "s.json", ledger)
-    # rewrite it as an older dpcurator would have written it: no key in the identity
-    db = sqlite3.connect(ledger)
-    (identity,) = db.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
-    ident = json.loads(identity)
-    del ident["unit_key"]
-    old = json.dumps(ident, sort_keys=True)
-    from dpcurator.curator.ledger_chain import FORMAT, analysts_genesis
-    from dpcurator.curator.ledger_chain import genesis as genesis_of
 
-    genesis = genesis_of(FORMAT, old)
-    db.execute("DELETE FROM charges")
-    for k, v in (
-        ("identity", old),
-        ("genesis", genesis.hex()),
-        ("charges_head", f"0 {genesis.hex()}"),
-        ("analysts_head", f"0 {analysts_genesis(genesis).hex()}"),
-    ):
-        db.execute("UPDATE meta SET value = ? WHERE key = ?", (v, k))
-    db.commit()
-    db.close()
-    (d / "old.db.anchor").unlink()
+    def before_keys(ident: dict) -> None:
+        del ident["unit_key"], ident["unit_rows"]
+
+    genesis = rewrite_identity(ledger, before_keys)
     want = hashlib.sha256(b"dpcurator unit key\x00" + genesis).digest()
     h1, k1 = histogram(d / "d.csv", d / "s.json", ledger)
     h2, k2 = histogram(d / "sorted.csv", d / "s.json", ledger)
-    assert k1 == k2 == want and h1 == h2 == kept(df, want)
+    assert k1 == k2 == want and h1 == h2 == kept(df, want, scheme=1)
+
+
+def test_a_ledger_keeps_the_scheme_its_rows_were_chosen_with(tmp_path):
+    """A new ledger seals scheme 2 with its key; one made before schemes were kept (a
+    key, no scheme) keeps choosing by scheme 1 at every open, whatever the file order:
+    its charges were made on those rows. The two schemes keep different rows here (a
+    unit's copies of one row: scheme 1 ranked them alike)."""
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"uid": rng.integers(0, 30, 900), "age": rng.integers(0, 4, 900)})
+    df.to_csv(tmp_path / "d.csv", index=False)
+    df.sort_values("age").to_csv(tmp_path / "sorted.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps(SCHEMA))
+    ledger = tmp_path / "l.db"
+    now, key = histogram(tmp_path / "d.csv", tmp_path / "s.json", ledger)
+    led = Ledger(ledger, create=False)
+    try:
+        assert led.unit_rows == 2 and "unit_rows" not in led.identity
+    finally:
+        led.close()
+    assert now == kept(df, key, scheme=2) != kept(df, key, scheme=1)
+
+    def before_schemes(ident: dict) -> None:
+        assert ident["unit_rows"] == 2
+        del ident["unit_rows"]
+
+    rewrite_identity(ledger, before_schemes)
+    for data in ("d.csv", "sorted.csv"):
+        then, same = histogram(tmp_path / data, tmp_path / "s.json", ledger)
+        assert same == key and then == kept(df, key, scheme=1)
+
+
+def test_an_unknown_scheme_is_refused(table):
+    d, _ = table
+    ledger = d / "l.db"
+    histogram(d / "d.csv", d / "s.json", ledger)
+    rewrite_identity(ledger, lambda ident: ident.update(unit_rows=3))
+    with pytest.raises(LedgerError, match="unit rows scheme 3 is unknown to this dpcurator"):
+        histogram(d / "d.csv", d / "s.json", ledger)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from dpcurator import Curator
-from dpcurator.backends.unit_rows import row_hash
+from dpcurator.backends.unit_rows import kept_by_unit
 from dpcurator.errors import BudgetExceeded, DpCuratorError, InvalidParameter, QueryError
 from dpcurator.mechanisms import SeededRandomSource
 from dpcurator.privacy import GDP, ZCDP, PureDP
@@ -128,12 +128,12 @@ def test_every_unit_and_every_choice_of_its_rows_stays_within_the_budget(tmp_pat
 def kept_units(df: pd.DataFrame, k: int, cond) -> int:
     """Reference: the units with a kept row (each unit's k rows of smallest keyed hash)
     in ``cond``."""
-    n = 0
-    for uid, g in df.groupby("uid"):
-        rows = list(zip(g["a"].astype(int), g["b"], strict=True))
-        ranked = sorted(rows, key=lambda r: row_hash(KEY, [r[0], B_VALUES.index(r[1])], uid))
-        n += any(covers(cond, r) for r in ranked[:k])
-    return n
+    rows = [
+        (str(u), (int(a), B_VALUES.index(b)))
+        for u, a, b in zip(df["uid"], df["a"], df["b"], strict=True)
+    ]
+    kept = kept_by_unit(rows, k, KEY)
+    return sum(any(covers(cond, (a, B_VALUES[b])) for a, b in mine) for mine in kept.values())
 
 
 @pytest.mark.parametrize("k", [3, 8])

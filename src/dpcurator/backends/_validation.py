@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dpcurator.backends.unit_rows import UnitReport, check_unit_key
+from dpcurator.backends.unit_rows import SCHEME, UnitReport, check_scheme, check_unit_key
 from dpcurator.errors import DataError, InvalidParameter, QueryError
 from dpcurator.queries.predicates import IntervalSet, Predicate, Query, complement, intersect
 from dpcurator.queries.schema import Attribute, Schema
@@ -216,6 +216,8 @@ class LoadOptions:
     show_values: bool
     #: The key that chooses each unit's rows (see :mod:`dpcurator.backends.unit_rows`).
     unit_key: bytes | None = field(default=None, repr=False)
+    #: The scheme that chooses each unit's rows (the ledger's; see unit_rows).
+    unit_rows: int = SCHEME
     #: Under ``on_invalid="drop"``, the largest share of rows that may be dropped.
     max_dropped: float = 0.05
 
@@ -235,6 +237,7 @@ def check_load_options(
     show_values: bool = True,
     unit_key: bytes | None = None,
     max_dropped: float = 0.05,
+    unit_rows: int = SCHEME,
 ) -> LoadOptions:
     """Check the options of a load, in a fixed order, before any data is read.
 
@@ -283,6 +286,7 @@ def check_load_options(
             raise InvalidParameter("privacy_unit must be (id_column, k) with k a positive integer")
         unit = (privacy_unit[0], privacy_unit[1])
     key = None if unit_key is None else check_unit_key(unit_key)
+    scheme = check_scheme(unit_rows)
     if unit is not None and key is None:
         raise InvalidParameter(
             "privacy_unit needs unit_key: 32 secret random bytes (secrets.token_bytes(32)) "
@@ -311,6 +315,7 @@ def check_load_options(
         show_values=show_values,
         unit_key=key,
         max_dropped=float(max_dropped),
+        unit_rows=scheme,
     )
 
 

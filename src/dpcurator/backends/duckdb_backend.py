@@ -40,7 +40,7 @@ from dpcurator.backends._validation import (
 from dpcurator.backends.duckdb_grouped import grouped_sql
 from dpcurator.backends.duckdb_load import Loader, code_column
 from dpcurator.backends.marginal_cache import CACHE_CELLS, MarginalCache
-from dpcurator.backends.unit_rows import UNIT_COLUMN
+from dpcurator.backends.unit_rows import SCHEME, UNIT_COLUMN
 from dpcurator.errors import (
     DpCuratorError,
     InvalidParameter,
@@ -122,6 +122,7 @@ class DuckDBBackend:
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
         unit_key: bytes | None = None,
+        unit_rows: int = SCHEME,
         connection: duckdb.DuckDBPyConnection | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -151,7 +152,8 @@ class DuckDBBackend:
         required with it) keeps a uniformly random choice of ``k`` valid rows of each id,
         decided by a keyed hash of each row's content: the same rows for the same key
         whatever the file order, in any process and in the Spark backend (see
-        :mod:`dpcurator.backends.unit_rows`). Rows with a missing id are refused, or
+        :mod:`dpcurator.backends.unit_rows`; ``unit_rows``: the scheme of that choice, a
+        ledger's for its life). Rows with a missing id are refused, or
         dropped under ``on_invalid="drop"``. The kept rows' ids stay in the table only
         for :meth:`distinct_units`; ``report.unit`` describes the units.
         """
@@ -169,6 +171,7 @@ class DuckDBBackend:
             show_values=show_values,
             unit_key=unit_key,
             max_dropped=max_dropped,
+            unit_rows=unit_rows,
         )
         schema = opts.schema
         own = connection is None
@@ -190,6 +193,7 @@ class DuckDBBackend:
                 privacy_unit=opts.privacy_unit,
                 unit_key=opts.unit_key,
                 max_dropped=opts.max_dropped,
+                unit_rows=opts.unit_rows,
             )
         except BaseException:
             loader.cleanup()

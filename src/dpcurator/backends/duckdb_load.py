@@ -42,6 +42,8 @@ from dpcurator.backends._validation import (
 )
 from dpcurator.backends.unit_rows import (
     FLOAT_INTEGERS,
+    NUMBER,
+    SCHEME,
     SEPARATOR,
     UNIT_COLUMN,
     UnitReport,
@@ -89,10 +91,25 @@ def code_column(i: int) -> str:
     return f"c{i}"
 
 
-def _id_text(id_type: str) -> str:
-    """SQL of the unit id's text in the hashed row (see :mod:`dpcurator.backends.unit_rows`):
-    text as stripped, integers in decimal, a float that is an integer below 2^53 as that
-    integer, anything else as DuckDB writes it."""
+def _canonical_id(text: str) -> str:
+    """SQL of :func:`~dpcurator.backends.unit_rows.canonical_id` of the SQL text
+    ``text`` (scheme 2): one that reads as a decimal number whose value is an integer
+    below 2^53 in magnitude, as that integer; any other as it is."""
+    d = f"TRY_CAST({text} AS DOUBLE)"
+    return (
+        f"CASE WHEN regexp_full_match({text}, '{NUMBER}') AND isfinite({d}) "
+        f"AND abs({d}) < {FLOAT_INTEGERS!r} AND {d} = floor({d}) "
+        f"THEN CAST(CAST({d} AS BIGINT) AS VARCHAR) ELSE {text} END"
+    )
+
+
+def _id_text(id_type: str, scheme: int) -> str:
+    """SQL of the unit id's text in the hashed row (see :mod:`dpcurator.backends.unit_rows`).
+    Scheme 2: the stage's id, already canonical text. Scheme 1: text as stripped,
+    integers in decimal, a float that is an integer below 2^53 as that integer, anything
+    else as DuckDB writes it."""
+    if scheme != 1:
+        return "__id"
     if id_type.split("(")[0] in _FLOAT_TYPES:
         return (
             f"CASE WHEN __id = floor(__id) AND abs(__id) < {FLOAT_INTEGERS!r} "
@@ -135,6 +152,8 @@ class Loader:
         self.raw = f"__dpc_raw_{tag}"
         self.stage = f"__dpc_stage_{tag}"
         self.tag = tag
+        #: The scheme that chooses a privacy unit's rows (:mod:`~dpcurator.backends.unit_rows`).
+        self.unit_rows = SCHEME
         self.views: list[str] = []
         self.tables: list[str] = []
         self.source = "data"
@@ -303,8 +322,10 @@ class Loader:
         privacy_unit: tuple[str, int] | None,
         unit_key: bytes | None,
         max_dropped: float = 0.05,
+        unit_rows: int = SCHEME,
     ) -> LoadReport:
         schema = self.schema
+        self.unit_rows = unit_rows
         types, id_col = self._stage(name, privacy_unit)
         stats = self._stats(replace, privacy_unit)
         n_attr = len(schema.attributes)
@@ -513,7 +534,10 @@ class Loader:
                 params.extend((WHITESPACE, list(self.missing), WHITESPACE))
             else:
                 inner.append(f"r.{id_col} AS __id")
-            outer.append("__id")
+            # scheme 2: every id as its canonical text (a unit is the rows of one text)
+            outer.append(
+                "__id" if self.unit_rows == 1 else f"{_canonical_id('CAST(__id AS VARCHAR)')} AS __id"
+            )
         sql = (
             f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("
             f"SELECT {', '.join(inner)} FROM {ident(self.raw)} r {' '.join(joins + mapped_joins)} "
@@ -605,8 +629,16 @@ class Loader:
         assert unit_key is not None  # check_load_options requires it
         where = " WHERE " + " AND ".join(["__id IS NOT NULL", *conds])
         codes = [code_column(i) for i in range(len(schema.attributes))]
-        text = ", ".join(["?", *(f"CAST({c} AS VARCHAR)" for c in codes), _id_text(id_type)])
+        copy = [] if self.unit_rows == 1 else ["CAST(__copy AS VARCHAR)"]
+        text = ", ".join(
+            ["?", *(f"CAST({c} AS VARCHAR)" for c in codes), *copy, _id_text(id_type, self.unit_rows)]
+        )
         valid = f"SELECT {', '.join(sel)}, __id FROM {ident(self.stage)}{where}"
+        if self.unit_rows != 1:  # each row's number among its unit's identical rows
+            valid = (
+                f"SELECT *, row_number() OVER (PARTITION BY __id, {', '.join(codes)}) - 1 "
+                f"AS __copy FROM ({valid})"
+            )
         sized = f"SELECT *, count(*) OVER (PARTITION BY __id) AS __n FROM ({valid})"
         # A unit of at most k rows keeps them all: only larger units' rows are hashed.
         ranked = (

@@ -15,17 +15,29 @@ from typing import Any
 
 from dpcurator.backends._sql import ident
 from dpcurator.backends._validation import LoadReport
-from dpcurator.backends.unit_rows import SEPARATOR, UNIT_COLUMN, UnitReport, key_text
+from dpcurator.backends.unit_rows import (
+    SCHEME,
+    SEPARATOR,
+    UNIT_COLUMN,
+    UnitReport,
+    check_scheme,
+    key_text,
+)
 from dpcurator.errors import InvalidParameter
 from dpcurator.queries.joins import JoinedSchema
 
 
-def join_tables(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> Any:
-    """The backend of ``left JOIN right`` on the unit (both of one engine)."""
+def join_tables(
+    left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes, scheme: int = SCHEME
+) -> Any:
+    """The backend of ``left JOIN right`` on the unit (both of one engine); ``scheme``:
+    the ledger's (:mod:`dpcurator.backends.unit_rows`; scheme 2 numbers a unit's
+    identical pairs, so that each has a hash of its own)."""
+    check_scheme(scheme)
     from dpcurator.backends.duckdb_backend import DuckDBBackend
 
     if isinstance(left, DuckDBBackend) and isinstance(right, DuckDBBackend):
-        return _duckdb(left, right, joined, k, key)
+        return _duckdb(left, right, joined, k, key, scheme)
     try:
         from dpcurator.backends.spark_backend import SparkBackend
     except InvalidParameter:  # no pyspark: then no Spark backend either
@@ -35,7 +47,7 @@ def join_tables(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes)
         and isinstance(left, SparkBackend)
         and isinstance(right, SparkBackend)
     ):
-        return _spark(left, right, joined, k, key)
+        return _spark(left, right, joined, k, key, scheme)
     raise InvalidParameter("a join needs both tables on one backend")
 
 
@@ -49,7 +61,7 @@ def _sources(left: Any, right: Any, joined: JoinedSchema) -> list[tuple[str, int
     return out
 
 
-def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> Any:
+def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes, scheme: int) -> Any:
     import duckdb
 
     from dpcurator.backends.duckdb_backend import DuckDBBackend
@@ -73,10 +85,22 @@ def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> 
             f"JOIN __r r ON l.{UNIT_COLUMN} = r.{UNIT_COLUMN}"
         )
         codes = [code_column(i) for i in range(len(joined.schema))]
+        copy = [] if scheme == 1 else ["CAST(__copy AS VARCHAR)"]
         text = ", ".join(
-            ["?", *(f"CAST({c} AS VARCHAR)" for c in codes), f"CAST({UNIT_COLUMN} AS VARCHAR)"]
+            [
+                "?",
+                *(f"CAST({c} AS VARCHAR)" for c in codes),
+                *copy,
+                f"CAST({UNIT_COLUMN} AS VARCHAR)",
+            ]
         )
-        sized = f"SELECT *, count(*) OVER (PARTITION BY {UNIT_COLUMN}) AS __n FROM ({pairs})"
+        numbered = pairs
+        if scheme != 1:  # each pair's number among its unit's identical pairs
+            numbered = (
+                f"SELECT *, row_number() OVER (PARTITION BY {UNIT_COLUMN}, {', '.join(codes)}) "
+                f"- 1 AS __copy FROM ({pairs})"
+            )
+        sized = f"SELECT *, count(*) OVER (PARTITION BY {UNIT_COLUMN}) AS __n FROM ({numbered})"
         ranked = (
             f"SELECT *, row_number() OVER (PARTITION BY {UNIT_COLUMN} ORDER BY CASE WHEN __n > ? "
             f"THEN sha256(concat_ws('{SEPARATOR}', {text})) END) AS __rank FROM ({sized})"
@@ -106,7 +130,7 @@ def _duckdb(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> 
     return DuckDBBackend(con, joined.schema, name, owns_connection=True, report=report)
 
 
-def _spark(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> Any:
+def _spark(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes, scheme: int) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -123,16 +147,23 @@ def _spark(left: Any, right: Any, joined: JoinedSchema, k: int, key: bytes) -> A
         *cols, F.col(f"l.{UNIT_COLUMN}").alias(UNIT_COLUMN)
     )
     codes = [code_column(i) for i in range(len(joined.schema))]
+    copy = []
+    numbered = pairs
+    if scheme != 1:  # each pair's number among its unit's identical pairs
+        same = Window.partitionBy(UNIT_COLUMN, *codes).orderBy(*codes)
+        numbered = pairs.withColumn("__copy", F.row_number().over(same) - 1)
+        copy = [F.col("__copy").cast("string")]
     text = F.concat_ws(
         SEPARATOR,
         F.lit(key_text(key)),
         *(F.col(c).cast("string") for c in codes),
+        *copy,
         F.col(UNIT_COLUMN).cast("string"),
     )
     by_unit = Window.partitionBy(UNIT_COLUMN)
     ordered = by_unit.orderBy("__h")
     ranked = (
-        pairs.withColumn("__n", F.count(F.lit(1)).over(by_unit))
+        numbered.withColumn("__n", F.count(F.lit(1)).over(by_unit))
         .withColumn("__h", F.when(F.col("__n") > k, F.sha2(text, 256)))
         .withColumn("__rank", F.row_number().over(ordered))
     )

@@ -43,7 +43,7 @@ from dpcurator.backends._validation import (
 )
 from dpcurator.backends.spark_load import DECIMAL, Loader, code_column
 from dpcurator.backends.spark_session import SPARK_ERRORS, acquire, release
-from dpcurator.backends.unit_rows import UNIT_COLUMN
+from dpcurator.backends.unit_rows import SCHEME, UNIT_COLUMN
 from dpcurator.errors import InvalidParameter
 from dpcurator.queries.boolean import BooleanQuery
 from dpcurator.queries.predicates import IntervalSet, Query
@@ -152,6 +152,7 @@ class SparkBackend:
         replace: Mapping[str, object] | None = None,
         privacy_unit: tuple[str, int] | None = None,
         unit_key: bytes | None = None,
+        unit_rows: int = SCHEME,
         spark: SparkSession | str | None = None,
         name: str = "data",
         show_values: bool = True,
@@ -188,6 +189,7 @@ class SparkBackend:
             show_values=show_values,
             unit_key=unit_key,
             max_dropped=max_dropped,
+            unit_rows=unit_rows,
         )
         if columns is not None and not isinstance(data, str | Path):
             raise InvalidParameter("columns= applies to CSV files only")

@@ -49,7 +49,6 @@ from dpcurator.backends.spark_session import (
     spark_message,
 )
 from dpcurator.backends.unit_rows import (
-    FLOAT_INTEGERS,
     SEPARATOR,
     UNIT_COLUMN,
     UnitReport,
@@ -66,6 +65,8 @@ except ImportError:  # pragma: no cover - depends on the environment
     raise InvalidParameter(
         "the Spark backend needs pyspark and Java 17: pip install 'dpcurator[spark]'"
     ) from None
+
+from dpcurator.backends.spark_unit_ids import canonical_id_column, id_text_column
 
 #: A coded table of at least this many rows is spread over every core for counting.
 _SPREAD_ROWS = 1 << 20
@@ -158,17 +159,6 @@ def _code_type(size: int) -> T.DataType:
     if size <= 1 << 31:
         return T.IntegerType()
     return T.LongType()
-
-
-def _id_text(ident: Column, dtype: T.DataType) -> Column:
-    """The unit id's text in the hashed row, as DuckDB writes it (see
-    :mod:`dpcurator.backends.unit_rows`): text as stripped, integers in decimal, a float
-    that is an integer below 2^53 as that integer, anything else as Spark writes it."""
-    if isinstance(dtype, T.FloatType | T.DoubleType):
-        d = ident.cast("double")
-        exact = (F.rint(d) == d) & (F.abs(d) < F.lit(FLOAT_INTEGERS))
-        return F.when(exact, d.cast("bigint").cast("string")).otherwise(ident.cast("string"))
-    return ident.cast("string")
 
 
 def _raw_column(j: int) -> str:
@@ -590,6 +580,8 @@ class Loader:
             if isinstance(types[id_col], T.StringType):
                 trimmed = F.btrim(ident, F.lit(WHITESPACE))
                 ident = F.when(~trimmed.isin(list(opts.missing)), trimmed)
+            if opts.unit_rows != 1:  # every id as its canonical text (see unit_rows)
+                ident = canonical_id_column(ident.cast("string"))
             select.append(ident.alias("__id"))
         stage = src.select(*select)
 
@@ -750,11 +742,17 @@ class Loader:
         assert unit is not None and key is not None  # check_load_options requires both
         names = [code_column(i) for i in range(len(self.schema.attributes))]
         rows = stage.where(F.col("__id").isNotNull() & valid).select(*final_cols, "__id")
+        copy = []
+        if opts.unit_rows != 1:  # each row's number among its unit's identical rows
+            same = Window.partitionBy("__id", *names).orderBy(*names)
+            rows = rows.withColumn("__copy", F.row_number().over(same) - 1)
+            copy = [F.col("__copy").cast("string")]
         text = F.concat_ws(
             SEPARATOR,
             F.lit(key_text(key)),
             *[F.col(c).cast("string") for c in names],
-            _id_text(F.col("__id"), id_type),
+            *copy,
+            id_text_column(F.col("__id"), id_type, opts.unit_rows),
         )
         ordered = Window.partitionBy("__id").orderBy("__h")
         whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)

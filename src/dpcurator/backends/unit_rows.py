@@ -2,9 +2,9 @@
 
 With ``privacy_unit=("tailnum", k)`` a unit (person, aircraft, ...) with more than ``k``
 rows keeps ``k`` of them. Each row is ranked by a keyed hash of its *content*: SHA-256 of
-the text :func:`row_text` (the key in hex, the row's attribute codes, then its unit id),
-written identically in DuckDB (``sha256``) and Spark (``sha2(.., 256)``); a unit keeps its
-``k`` rows of smallest hash (hex text order).
+the text :func:`row_text` (the key in hex, the row's attribute codes, the row's copy
+number, then its unit id), written identically in DuckDB (``sha256``) and Spark
+(``sha2(.., 256)``); a unit keeps its ``k`` rows of smallest hash (hex text order).
 
 Why this is the right choice:
 
@@ -15,23 +15,41 @@ Why this is the right choice:
   depends on the key staying secret.
 - **Uniformity.** Keyed with 256 secret random bits, SHA-256 with the key as prefix is
   modelled as a pseudorandom function (the secret-prefix / NMAC construction: Bellare,
-  Canetti & Krawczyk 1996): to anyone without the key, the hashes of distinct rows are
-  i.i.d. uniform. The ``k`` smallest of ``n`` i.i.d. continuous values are each of the
-  ``C(n, k)`` subsets with equal probability, so each unit keeps a uniformly random
-  ``k``-subset of its rows, whatever the file order, and neither a data owner nor the
-  order of the file can steer which rows are kept. Identical rows of a unit hash alike;
-  which of them is kept cannot matter (they give the same table).
+  Canetti & Krawczyk 1996): to anyone without the key, the hashes of distinct texts are
+  i.i.d. uniform. Identical rows of a unit (the same codes) are told apart by their copy
+  number, 0 for the first, 1 for the second, ... (which copy is which cannot matter:
+  they are the same row), so every row has a text of its own. The ``k`` smallest of ``n``
+  i.i.d. continuous values are each of the ``C(n, k)`` subsets with equal probability, so
+  each unit keeps a uniformly random ``k``-subset of its rows, whatever the file order,
+  and neither a data owner nor the order of the file can steer which rows are kept.
 - **Stability.** The choice depends on the rows' content and the key only: a restart, a
-  second process, a replica, a shuffled or re-sorted copy of the file and the other
-  backend keep exactly the same rows for the same key (kept in the ledger).
+  second process, a replica, a shuffled or re-sorted copy of the file, another format
+  of it and the other backend keep exactly the same rows for the same key (kept in the
+  ledger, with the scheme, below).
 
-The text is unambiguous: codes are decimal integers without ``|`` and there is a fixed
-number of them, so everything after the last code's ``|`` is the unit id, whatever it
-contains. The unit id is written as the id column's text, stripped of surrounding
-whitespace (every CSV id); an integer id in decimal; a float id that is an integer below
-2^53 as that integer (``12345.0`` -> ``12345``); other types as the engine writes them
-(DuckDB and Spark agree for booleans, decimals and dates; they may write other floats and
-timestamps differently, and then keep different, equally random, rows).
+The unit id (:func:`canonical_id`). An id is the id column's value written as text,
+stripped of surrounding whitespace; one that reads as a decimal number (``7``, ``7.0``,
+``+7``, ``007``, ``7e0``) whose value is an integer below 2^53 in magnitude is written as
+that integer. So a CSV file (ids are text), a Parquet file and a DataFrame (ids typed:
+integers, floats such as pandas' integers with a missing value, decimals, strings) of the
+same ids group the same rows into the same units and keep the same rows. Merging texts
+that name one number is safe: it can only join rows into one unit (which then keeps at
+most ``k`` of them), never split one unit's rows. Other values are written as the engine
+writes them (DuckDB and Spark agree for booleans, dates and the integer-valued numbers
+above; they may write other floats and timestamps differently, and then keep different,
+equally random, rows).
+
+The text is unambiguous: codes and the copy number are decimal integers without ``|``,
+and there is a fixed number of them, so everything after the last one's ``|`` is the unit
+id, whatever it contains.
+
+Schemes. A ledger keeps the scheme its rows were chosen with, for its life
+(:mod:`dpcurator.curator.unit_key`). Scheme 2 (:data:`SCHEME`, every ledger made since)
+is the one above. Scheme 1, of ledgers made before it, ranked identical rows alike (no
+copy number: a unit kept a uniform choice over its *distinct* rows, which over-keeps a
+unit's rare rows) and grouped ids by their stripped text alone (``7`` and ``7.0`` in a
+CSV file were two units). It is kept for those ledgers: changing the rows a ledger's
+charges were made on would void its accounting.
 
 The pure-Python functions here (:func:`row_hash`, :func:`choose_rows`) are the reference
 the backends are tested against. :class:`UnitReport` summarises a load for the custodian.
@@ -40,6 +58,8 @@ the backends are tested against. :class:`UnitReport` summarises a load for the c
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +71,14 @@ KEY_BYTES = 32
 SEPARATOR = "|"
 #: Largest float below which every integer is exact (float ids up to it are integers).
 FLOAT_INTEGERS = 2.0**53
+#: The scheme that chooses the rows of a new ledger's units (see the module docstring).
+SCHEME = 2
+#: The schemes a ledger may keep.
+SCHEMES = (1, 2)
+#: An id text that reads as a decimal number (ASCII digits only), as DuckDB's
+#: ``regexp_full_match`` and Spark's ``rlike`` (anchored) read it.
+NUMBER = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
+_NUMBER = re.compile(NUMBER)
 #: Column of a backend's stored table holding each kept row's unit id (only with a
 #: privacy unit): read only as the number of distinct ids among the rows a query covers.
 UNIT_COLUMN = "__unit"
@@ -78,27 +106,68 @@ def key_text(key: bytes) -> str:
     return key.hex()
 
 
-def row_text(key: bytes, codes: Sequence[int], unit_id: str) -> str:
-    """The hashed text of one row: ``hexkey|c0|c1|...|c{n-1}|id``."""
-    return SEPARATOR.join([key_text(key), *(str(int(c)) for c in codes), unit_id])
+def check_scheme(scheme: object) -> int:
+    """The scheme, checked to be one of :data:`SCHEMES`."""
+    if isinstance(scheme, bool) or scheme not in SCHEMES:
+        raise InvalidParameter(f"unit_rows must be one of {list(SCHEMES)}, got {scheme!r}")
+    return int(scheme)  # type: ignore[call-overload]
 
 
-def row_hash(key: bytes, codes: Sequence[int], unit_id: str) -> str:
+def canonical_id(text: str) -> str:
+    """Reference (scheme 2): an id's text (already stripped) as a unit is named: one that
+    reads as a decimal number whose value is an integer below 2^53 in magnitude, as that
+    integer in decimal (``"7.0"``, ``"+7"``, ``"007"``, ``"7e0"`` -> ``"7"``); any other
+    as it is. The value is the correctly rounded double of the text, as DuckDB and Spark
+    read it."""
+    if not _NUMBER.fullmatch(text):
+        return text
+    value = float(text)
+    if not math.isfinite(value) or abs(value) >= FLOAT_INTEGERS or value != math.floor(value):
+        return text
+    return str(int(value))
+
+
+def row_text(key: bytes, codes: Sequence[int], unit_id: str, copy: int | None = None) -> str:
+    """The hashed text of one row: ``hexkey|c0|c1|...|c{n-1}|copy|id`` (scheme 2: ``copy``
+    is the row's number among the unit's rows of the same codes, from 0), or
+    ``hexkey|c0|c1|...|c{n-1}|id`` (scheme 1: ``copy`` None)."""
+    fields = [key_text(key), *(str(int(c)) for c in codes)]
+    if copy is not None:
+        fields.append(str(int(copy)))
+    return SEPARATOR.join([*fields, unit_id])
+
+
+def row_hash(key: bytes, codes: Sequence[int], unit_id: str, copy: int | None = None) -> str:
     """A row's rank: SHA-256 of its text (UTF-8) in lowercase hex, compared as text."""
-    return hashlib.sha256(row_text(key, codes, unit_id).encode("utf-8")).hexdigest()
+    return hashlib.sha256(row_text(key, codes, unit_id, copy).encode("utf-8")).hexdigest()
+
+
+def kept_by_unit(
+    rows: Iterable[tuple[str, Sequence[int]]], k: int, key: bytes, scheme: int = SCHEME
+) -> dict[str, list[tuple[int, ...]]]:
+    """Reference: each unit's kept rows' codes (its ``k`` rows of smallest hash), by unit
+    id, from ``(unit id text, codes)`` pairs (rows already valid and with an id; the text
+    stripped, as a CSV file gives it or as the engine writes a typed id)."""
+    check_scheme(scheme)
+    units: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    copies: dict[tuple[str, tuple[int, ...]], int] = {}
+    for text, codes in rows:
+        c = tuple(int(x) for x in codes)
+        if scheme == 1:
+            units.setdefault(text, []).append((row_hash(key, c, text), c))
+            continue
+        unit_id = canonical_id(text)
+        copy = copies.get((unit_id, c), 0)
+        copies[(unit_id, c)] = copy + 1
+        units.setdefault(unit_id, []).append((row_hash(key, c, unit_id, copy), c))
+    return {u: [c for _, c in sorted(ranked)[:k]] for u, ranked in units.items()}
 
 
 def choose_rows(
-    rows: Iterable[tuple[str, Sequence[int]]], k: int, key: bytes
+    rows: Iterable[tuple[str, Sequence[int]]], k: int, key: bytes, scheme: int = SCHEME
 ) -> list[tuple[int, ...]]:
-    """Reference: the codes of the rows kept from ``(unit id text, codes)`` pairs (rows
-    already valid and with an id), each unit's ``k`` rows of smallest hash, sorted."""
-    units: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
-    for unit_id, codes in rows:
-        c = tuple(int(x) for x in codes)
-        units.setdefault(unit_id, []).append((row_hash(key, c, unit_id), c))
-    kept = [c for ranked in units.values() for _, c in sorted(ranked)[:k]]
-    return sorted(kept)
+    """Reference: the codes of every kept row (:func:`kept_by_unit`), sorted."""
+    return sorted(c for kept in kept_by_unit(rows, k, key, scheme).values() for c in kept)
 
 
 def candidate_ks(largest: int) -> tuple[int, ...]:

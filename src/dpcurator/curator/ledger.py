@@ -543,6 +543,12 @@ class Ledger(AnalystsChain, Anchoring, Checkpoints):
         return unit_key_of.key_of(self._identity, self._genesis, self.path)
 
     @property
+    def unit_rows(self) -> int:
+        """The scheme that chose the privacy unit's rows (:mod:`dpcurator.curator.unit_key`):
+        the same for the ledger's life."""
+        return unit_key_of.scheme_of(self._identity, self.path)
+
+    @property
     def head(self) -> tuple[int, str]:
         """The last verified charge: (id, hex hash); (0, genesis hash) if none."""
         return self._head[0], self._head[1].hex()

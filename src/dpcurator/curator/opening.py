@@ -91,7 +91,7 @@ class CuratorOpening:
         SparkSession, a master URL (``"spark://host:7077"``) or None for a local session.
         """
         from dpcurator.backends import DuckDBBackend
-        from dpcurator.backends.unit_rows import KEY_BYTES
+        from dpcurator.backends.unit_rows import KEY_BYTES, SCHEME
 
         if backend not in ("duckdb", "spark"):
             raise InvalidParameter(f"backend must be 'duckdb' or 'spark', got {backend!r}")
@@ -171,6 +171,7 @@ class CuratorOpening:
                 with contextlib.suppress(LedgerMissing):  # then made below, with the data
                     led = open_ledger(False, unit_key)
             key = led.unit_key if led is not None else unit_key or secrets.token_bytes(KEY_BYTES)
+        scheme = led.unit_rows if led is not None else SCHEME  # a new ledger: the current
         backends = {}
         try:
             for name, (d, _) in tables.items():
@@ -179,6 +180,7 @@ class CuratorOpening:
                     schemas[name],
                     privacy_unit=unit.pair if unit else None,
                     unit_key=key,
+                    unit_rows=scheme,
                     name=name,
                     **load_options,
                 )

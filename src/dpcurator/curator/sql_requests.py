@@ -386,6 +386,7 @@ class SqlRequests:
                 self._joins[table] = join_tables(
                     self._backends[left], self._backends[right], joined, self._k,
                     self._ledger.unit_key,  # type: ignore[attr-defined]
+                    self._ledger.unit_rows,  # type: ignore[attr-defined]
                 )  # fmt: skip
             return self._joins[table]
 

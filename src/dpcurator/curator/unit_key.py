@@ -14,6 +14,12 @@ genesis, and the ledger is refused like any other tampering. The identity a cura
 *asks for* carries no key (it cannot know an existing ledger's), so identities are
 compared without it (:func:`public`), and :attr:`Ledger.identity` never shows it.
 
+With the key, a new ledger keeps the *scheme* of the choice (``unit_rows``: 2, copies of
+a row told apart and ids read as numbers where they are integers; see
+:mod:`dpcurator.backends.unit_rows`), sealed alike, so that a later dpcurator that
+chooses otherwise still keeps this ledger's rows. A ledger with a key and no scheme was
+made before schemes were kept: scheme 1.
+
 A ledger created before keys were kept has none: its key is derived from its genesis
 hash (:func:`key_of`), as stable and as sealed, though not secret. Secrecy is not what
 privacy rests on: the choice reads only the unit's own rows for *any* key; the key only
@@ -27,11 +33,13 @@ import hmac
 import json
 import secrets
 
-from dpcurator.backends.unit_rows import KEY_BYTES, check_unit_key
+from dpcurator.backends.unit_rows import KEY_BYTES, SCHEME, SCHEMES, check_unit_key
 from dpcurator.errors import LedgerError
 
 #: The identity field that holds the key (hex).
 FIELD = "unit_key"
+#: The identity field that holds the scheme of the choice.
+SCHEME_FIELD = "unit_rows"
 
 
 def sealed(identity: str, given: bytes | None) -> str:
@@ -42,14 +50,28 @@ def sealed(identity: str, given: bytes | None) -> str:
         return identity
     key = check_unit_key(given) if given is not None else secrets.token_bytes(KEY_BYTES)
     d[FIELD] = key.hex()
+    d[SCHEME_FIELD] = SCHEME
     return json.dumps(d, sort_keys=True)
 
 
 def public(identity: str) -> dict[str, object]:
-    """The identity without its key: what curators compare and what commands show."""
+    """The identity without its key and scheme: what curators compare and what commands
+    show (a curator asks for a table and a unit, not for how rows were chosen)."""
     d = json.loads(identity)
     d.pop(FIELD, None)
+    d.pop(SCHEME_FIELD, None)
     return d
+
+
+def scheme_of(identity: str, location: str) -> int:
+    """The scheme of the ledger's choice of rows: the one sealed in its identity, or 1
+    for a ledger made before schemes were kept."""
+    scheme = json.loads(identity).get(SCHEME_FIELD, 1)
+    if isinstance(scheme, bool) or scheme not in SCHEMES:  # sealed: only a writer of ours
+        raise LedgerError(
+            f"ledger {location}: its unit rows scheme {scheme!r} is unknown to this dpcurator"
+        )
+    return int(scheme)
 
 
 def key_of(identity: str, genesis: bytes, location: str) -> bytes:
