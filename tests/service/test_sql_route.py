@@ -70,6 +70,10 @@ def test_the_client_mirrors_the_in_process_session(tmp_path: Path) -> None:
             assert set(body) >= {"columns", "rows", "cost", "remaining"}
             assert body["columns"][:4] == ["sex", "n", "n_low", "n_high"]
             assert_error(h.post("/v1/sql", json={"query": MISTAKES[1]}), 400, "invalid_query")
+            # a position that is not a whole number: a 400, not a 500 with a traceback
+            r = h.post("/v1/sql", json={"query": f"{DP} sex, COUNT(*) FROM people GROUP BY 1.5"})
+            body = assert_error(r, 400, "invalid_query")
+            assert "GROUP BY 1.5: a position is a whole number" in body["message"]
             assert_error(h.post("/v1/sql", json={"query": 3}), 422, "invalid_query")
             assert_error(
                 h.post("/v1/sql", json={"query": QUERIES[0], "x": 1}), 422, "invalid_request"

@@ -194,8 +194,9 @@ def _lit(attr: Attribute, pos: int) -> str:
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: Words of the query language; a column named like one must be written in double quotes.
 KEYWORDS = frozenset({"AND", "OR", "NOT", "IN", "BETWEEN", "IS", "NULL", "TRUE", "FALSE", "LIKE"})
-#: Words a bare column name may not be (``total`` is the whole-domain query).
-_RESERVED = KEYWORDS | {"TOTAL"}
+#: Words a bare column name may not be (``total`` is the whole-domain query; ``select``
+#: after a parenthesis is read as the start of a sub-query, and refused).
+_RESERVED = KEYWORDS | {"TOTAL", "SELECT"}
 
 
 @functools.lru_cache(maxsize=4096)

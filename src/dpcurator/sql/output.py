@@ -19,6 +19,7 @@ from sqlglot import exp
 from dpcurator.errors import QueryError
 from dpcurator.queries.values import parse_number
 from dpcurator.sql.select import output_index
+from dpcurator.sql.where import in_list
 
 __all__ = ["compile_having", "shape"]
 
@@ -68,7 +69,7 @@ def compile_having(
         )
     if isinstance(node, exp.In):
         x = _operand(node.this, positions, texts)
-        vals = [_operand(v, positions, texts) for v in node.expressions]
+        vals = [_operand(v, positions, texts) for v in in_list(node)]
         return lambda r: _any([_compare(_OPS[exp.EQ], x(r), v(r)) for v in vals])
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         x = _operand(node.this, positions, texts)

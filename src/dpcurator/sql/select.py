@@ -25,7 +25,7 @@ here reads data or charges anything.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -40,6 +40,7 @@ from dpcurator.queries.schema import Schema
 from dpcurator.queries.statistic_request import StatisticRequest
 from dpcurator.queries.values import decimal_text, parse_number
 from dpcurator.sql.text import PREFIX, pre_parse
+from dpcurator.sql.unread import refuse_unread
 from dpcurator.sql.where import Names, dashed_name, number, part_name, shown, where_text
 
 __all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
@@ -142,6 +143,8 @@ class SelectRequest:
 
 
 def _bounds(args: Sequence[exp.Expression], what: str) -> tuple[Fraction, Fraction] | None:
+    """The bounds among an aggregate's arguments, if given: once (the two keywords mean
+    the same here, so both, or one twice, is refused rather than one of them dropped)."""
     found = None
     for a in args:
         if not isinstance(a, exp.Kwarg):
@@ -152,6 +155,8 @@ def _bounds(args: Sequence[exp.Expression], what: str) -> tuple[Fraction, Fracti
                 f"SQL: {what}: unknown argument {key} => ...; the bounds are "
                 "contribution_bounds_per_group => (lower, upper)"
             )
+        if found is not None:
+            raise QueryError(f"SQL: {what}: bounds given twice; give {key} => (lower, upper) once")
         pair = a.expression
         if not isinstance(pair, exp.Tuple) or len(pair.expressions) != 2:
             raise QueryError(f"SQL: {what}: {key} => (lower, upper), two numbers")
@@ -197,6 +202,7 @@ def _aggregate(
         return StatisticRequest(kind, **fields, where=where, by=tuple(groups))
 
     if isinstance(node, exp.Count):
+        _count_arguments(node)
         inner = node.this
         if isinstance(inner, exp.Star):
             return Aggregate(name, "COUNT(*)", ask("count"))
@@ -273,6 +279,24 @@ def _aggregate(
     )
 
 
+def _count_arguments(node: exp.Count) -> None:
+    """Refuse what COUNT holds besides its one argument (sqlglot keeps the rest in
+    ``Count.expressions``): BigQuery's ``contribution_bounds_per_group`` for COUNT bounds
+    each unit's count per group, which here is always its k kept rows, so a bound given
+    would be ignored; any other argument has no meaning."""
+    for a in node.expressions:
+        if isinstance(a, exp.Kwarg) and a.this.name.lower() in _BOUNDS:
+            raise QueryError(
+                f"SQL: COUNT takes no {a.this.name.lower()}: each privacy unit adds at most "
+                "its max_rows_per_unit kept rows (1 per row without a unit); leave it out"
+            )
+        if isinstance(a, exp.Kwarg):
+            raise QueryError(f"SQL: COUNT: unknown argument {a.this.name.lower()} => ...")
+        raise QueryError(
+            f"SQL: COUNT takes one argument (*, a column or DISTINCT <unit>), got {shown(node)}"
+        )
+
+
 def _has_aggregate(node: exp.Expression) -> bool:
     return any(
         isinstance(n, exp.Count | exp.AggFunc)
@@ -299,6 +323,11 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
         "max_rows_per_unit",
         "confidence",
     }
+    if "max_groups_contributed" in seen:
+        raise QueryError(
+            "SQL: OPTIONS max_groups_contributed: a unit here adds at most its "
+            "max_rows_per_unit kept rows to all groups together (the ledger's k); leave it out"
+        )
     odd = sorted(set(seen) - known)
     if odd:
         raise QueryError(
@@ -365,15 +394,13 @@ def parse_select(
     tree = trees[0]
     if not isinstance(tree, exp.Select):
         raise QueryError(f"SQL: expected one SELECT, got {type(tree).__name__.upper()}")
-    for key in ("with_", "with", "distinct", "qualify", "windows", "offset", "laterals", "pivots"):
-        if tree.args.get(key):
-            raise QueryError(f"SQL: {key.strip('_').upper()} is not supported in a DP SELECT")
     if any(isinstance(n, exp.Subquery | exp.Exists) for n in tree.walk()):
         raise QueryError(
             "SQL: subqueries are not supported; one SELECT reads one table or a join on the unit"
         )
     if any(isinstance(n, exp.Window) for n in tree.walk()):
         raise QueryError("SQL: window functions (OVER) are not supported")
+    refuse_unread(tree)  # nothing written may be dropped unread
     table, join, names = _from(tree, schemas, unit)
     if options.unit_column is not None:
         if unit is None:
@@ -392,7 +419,6 @@ def parse_select(
     groups = _group_by(tree, names)
     outputs: list[tuple[str, str, int]] = []
     aggregates: list[Aggregate] = []
-    used: set[str] = set()
     items = tree.expressions
     if any(isinstance(i, exp.Star) for i in items):
         raise QueryError("SQL: SELECT * would return rows; select aggregates (and group columns)")
@@ -408,11 +434,7 @@ def parse_select(
             node, alias or _default_name(node, written), written, names, unit, where, groups
         )
         if agg is not None:
-            name = agg.name
-            if name in used:
-                raise QueryError(f"SQL: two outputs are named {name}: give one an alias (AS ...)")
-            used.add(name)
-            outputs.append((name, "aggregate", len(aggregates)))
+            outputs.append((agg.name, "aggregate", len(aggregates)))
             aggregates.append(agg)
             continue
         if _has_aggregate(node):
@@ -423,30 +445,21 @@ def parse_select(
         try:
             term = _plain_term(names, node)
         except QueryError:
+            old = _old_syntax(node)
+            if old is not None:
+                raise QueryError(old) from None
             raise QueryError(f"SQL: {shown} is neither a group column nor an aggregate") from None
         if term not in groups:
             raise QueryError(
                 f"SQL: column {shown} is neither grouped nor aggregated: add it to GROUP BY"
             )
-        name = alias or _default_name(node, written)
-        if name in used:
-            raise QueryError(f"SQL: two outputs are named {name}: give one an alias (AS ...)")
-        used.add(name)
-        outputs.append((name, "group", groups.index(term)))
+        outputs.append((alias or _default_name(node, written), "group", groups.index(term)))
     if not aggregates:
         raise QueryError(
             "SQL: a DP SELECT answers aggregates; add one, such as COUNT(*) (group columns "
             "alone would list the groups)"
         )
-    positions = {n: i for i, (n, _, _) in enumerate(outputs)}
-    having_clause = None
-    if tree.args.get("having") is not None:
-        if having is None:
-            raise QueryError("SQL: HAVING is not supported here")
-        having_clause = having(tree.args["having"].this, positions, texts)
-    order = _order(tree, positions, texts)
-    limit = _limit(tree)
-    return SelectRequest(
+    request = SelectRequest(
         text=str(text).strip(),
         explain=pre.explain,
         options=options,
@@ -456,10 +469,49 @@ def parse_select(
         groups=tuple(groups),
         outputs=tuple(outputs),
         aggregates=tuple(aggregates),
-        having=having_clause,
-        order=order,
-        limit=limit,
     )
+    _unique(request)
+    # BigQuery's names are case-insensitive; _unique keeps them apart so
+    positions = {n.casefold(): i for i, (n, _, _) in enumerate(outputs)}
+    having_clause = None
+    if tree.args.get("having") is not None:
+        if having is None:
+            raise QueryError("SQL: HAVING is not supported here")
+        having_clause = having(tree.args["having"].this, positions, texts)
+    order = _order(tree, positions, texts)
+    return replace(request, having=having_clause, order=order, limit=_limit(tree))
+
+
+def _unique(request: SelectRequest) -> None:
+    """Refuse an answer with two columns of one name (compared as BigQuery compares
+    names, without case): two outputs of one name, or an alias equal to another
+    aggregate's ``_low`` or ``_high`` column. pandas would keep both columns while
+    Arrow, Parquet and JSON keep one, losing the other's values, and HAVING or ORDER BY
+    could not say which it names."""
+    named = [n.casefold() for n, _, _ in request.outputs]
+    seen: set[str] = set()
+    for c in request.columns:
+        key = c.casefold()
+        if key not in seen:
+            seen.add(key)
+        elif named.count(key) > 1:
+            raise QueryError(f"SQL: two outputs are named {c}: give one an alias (AS ...)")
+        else:
+            raise QueryError(
+                f"SQL: the answer would have two columns named {c} (an aggregate AS n also "
+                "answers n_low and n_high): rename one output (AS ...)"
+            )
+
+
+def _old_syntax(node: exp.Expression) -> str | None:
+    """The hint for BigQuery's old ANON_ aggregates, which a user may still write."""
+    if isinstance(node, exp.Anonymous) and str(node.this).upper().startswith("ANON_"):
+        name = str(node.this).upper()
+        new = {"ANON_COUNT": "COUNT", "ANON_SUM": "SUM", "ANON_AVG": "AVG"}.get(name)
+        if new is not None:
+            return f"SQL: {name} is BigQuery's old syntax: write {new}(...) in a SELECT WITH DIFFERENTIAL_PRIVACY"
+        return f"SQL: {name} is BigQuery's old syntax and has no counterpart here"
+    return None
 
 
 def _first(message: str) -> str:
@@ -499,26 +551,15 @@ def _group_by(tree: exp.Select, names: Names) -> list[str]:
     group = tree.args.get("group")
     if group is None:
         return []
-    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        raise QueryError("SQL: ROLLUP, CUBE and GROUPING SETS are not supported")
     items = tree.expressions
     out: list[str] = []
     for g in group.expressions:
         node = g
         if isinstance(g, exp.Literal) and not g.is_string:  # GROUP BY 1: the first output
-            i = int(g.this) - 1
-            if not 0 <= i < len(items):
-                raise QueryError(f"SQL: GROUP BY {g.this}: there are {len(items)} outputs")
+            i = _position(g, len(items), "GROUP BY")
             node = items[i].this if isinstance(items[i], exp.Alias) else items[i]
         elif isinstance(g, exp.Column) and not g.table:
-            for item in items:  # GROUP BY an alias of a part
-                if (
-                    isinstance(item, exp.Alias)
-                    and item.alias == g.name
-                    and not isinstance(item.this, exp.Column)
-                    and g.name not in names.schema
-                ):
-                    node = item.this
+            node = _aliased(g, items, names)
         if _has_aggregate(node):
             raise QueryError(f"SQL: GROUP BY {shown(node)}: an aggregate is not a group")
         term = _plain_term(names, node)
@@ -526,6 +567,35 @@ def _group_by(tree: exp.Select, names: Names) -> list[str]:
             raise QueryError(f"SQL: GROUP BY names {shown(node)} twice")
         out.append(term)
     return out
+
+
+def _aliased(g: exp.Column, items: Sequence[exp.Expression], names: Names) -> exp.Expression:
+    """What a GROUP BY name means: the table's column of that name if there is one (as in
+    BigQuery, a column comes before an alias in GROUP BY), else the SELECT item with
+    that alias (compared without case, as BigQuery compares aliases), else the name
+    itself (refused as an unknown column where it is read)."""
+    try:
+        names.column(g)
+        return g
+    except QueryError:
+        pass
+    key = g.name.casefold()
+    for item in items:
+        if isinstance(item, exp.Alias) and item.alias.casefold() == key:
+            return item.this
+    return g
+
+
+def _position(node: exp.Literal, n: int, where: str) -> int:
+    """A GROUP BY or ORDER BY position (1 for the first output) as an index."""
+    if not node.this.isdigit():
+        raise QueryError(
+            f"SQL: {where} {node.this}: a position is a whole number, 1 for the first output"
+        )
+    i = int(node.this) - 1
+    if not 0 <= i < n:
+        raise QueryError(f"SQL: {where} {node.this}: there are {n} outputs")
+    return i
 
 
 def _order(
@@ -551,12 +621,9 @@ def output_index(
     """The output an ORDER BY or HAVING reference names: a position, a name (an alias or
     a group column), or an expression written as in the SELECT list."""
     if isinstance(node, exp.Literal) and not node.is_string:
-        i = int(node.this) - 1
-        if not 0 <= i < len(texts):
-            raise QueryError(f"SQL: {where} {node.this}: there are {len(texts)} outputs")
-        return i
-    if isinstance(node, exp.Column) and node.name in positions:
-        return positions[node.name]
+        return _position(node, len(texts), where)
+    if isinstance(node, exp.Column) and node.name.casefold() in positions:
+        return positions[node.name.casefold()]  # an alias, as BigQuery's: without case
     canonical = _canonical(node)
     if canonical in texts:
         return texts.index(canonical)

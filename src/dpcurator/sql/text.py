@@ -78,15 +78,27 @@ def pre_parse(text: object) -> PreParsed:
             "surrogate pair, not a character"
         )
     explain = False
-    m = re.match(r"\s*EXPLAIN\b", text, re.IGNORECASE)
-    if m is not None:  # sqlglot reads EXPLAIN as a command that swallows the rest
-        explain, text = True, " " * m.end() + text[m.end() :]
     toks = tokens(text)
+    if toks and toks[0].token_type == TokenType.COMMAND and toks[0].text.upper() == "EXPLAIN":
+        # sqlglot reads EXPLAIN as a command whose one string token swallows the rest;
+        # found as a token (after any comments), blanked, and the text read again
+        first = toks[0]
+        explain, text = True, text[: first.start] + " " * len(first.text) + text[first.end + 1 :]
+        toks = tokens(text)
     _bounded(toks)
     start = 0
     if start >= len(toks) or toks[start].token_type != TokenType.SELECT:
         got = toks[start].text if start < len(toks) else "nothing"
         raise QueryError(f"SQL: expected SELECT WITH DIFFERENTIAL_PRIVACY ..., got {got!r}")
+    if (
+        start + 2 < len(toks)
+        and toks[start + 1].token_type == TokenType.WITH
+        and toks[start + 2].text.upper() == "ANONYMIZATION"
+    ):
+        raise QueryError(
+            "SQL: WITH ANONYMIZATION is BigQuery's old syntax: write SELECT WITH "
+            "DIFFERENTIAL_PRIVACY OPTIONS(epsilon=...) with COUNT, SUM, AVG (not ANON_COUNT ...)"
+        )
     cuts: list[tuple[int, int, str]] = []  # (start, end inclusive, replacement)
     options: list[tuple[str, str]] = []
     has_clause = False

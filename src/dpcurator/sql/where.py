@@ -212,10 +212,8 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
             f"{term} NOT BETWEEN {low} AND {high}",
         )
     if isinstance(node, exp.In):
-        if node.args.get("query") is not None:
-            raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
         term = names.term(node.this)
-        values = ", ".join(_literal(v) for v in node.expressions)
+        values = ", ".join(_literal(v) for v in in_list(node))
         return _leaf(names, node.this, f"{term} IN ({values})", f"{term} NOT IN ({values})")
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
@@ -240,6 +238,28 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
         f"SQL: {shown(node)} is not a predicate; write comparisons of a column (or a part "
         "such as month(t)) with values, BETWEEN, IN, IS NULL, joined by AND, OR, NOT"
     )
+
+
+def in_list(node: exp.In) -> list[exp.Expression]:
+    """The values ``x IN (...)`` or ``x IN UNNEST([...])`` lists (BigQuery writes an
+    array's values either way). sqlglot keeps the second in ``In.unnest`` and leaves
+    ``In.expressions`` empty: read alone, it would be an empty ``IN ()``, which holds
+    for no row. An empty list is refused, as BigQuery refuses ``IN ()``."""
+    if node.args.get("query") is not None:
+        raise QueryError("SQL: IN (SELECT ...): subqueries are not supported; list the values")
+    values = list(node.expressions)
+    unnest = node.args.get("unnest")
+    if unnest is not None:
+        arrays = unnest.expressions
+        if len(arrays) != 1 or not isinstance(arrays[0], exp.Array):
+            raise QueryError(
+                f"SQL: {shown(unnest)}: IN UNNEST takes an array of values written out, "
+                "such as UNNEST(['a', 'b'])"
+            )
+        values = list(arrays[0].expressions)
+    if not values:
+        raise QueryError(f"SQL: {shown(node)}: IN needs at least one value")
+    return values
 
 
 def _chain(node: exp.Expression, op: type) -> list[exp.Expression]:
