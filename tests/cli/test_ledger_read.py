@@ -41,7 +41,7 @@ def ledger(tmp_path_factory) -> Path:
         cur.count("age < 30", epsilon=0.3)
         cur.count("age >= 30", epsilon=0.2)  # disjoint: the worst point has 0.3
         alice = cur.analyst("alice", quota=0.5)
-        alice.count("age < 30", epsilon=0.1)
+        first = alice.count("age < 30", epsilon=0.1)
         alice.histogram("sex", epsilon=0.1)
         cur.add_analyst("bob", quota=0.25)
         bob = cur.analyst("bob")
@@ -50,6 +50,7 @@ def ledger(tmp_path_factory) -> Path:
         expected = cur.remaining_detail("age >= 30")
     data.unlink()
     assert expected.value == 0.65
+    (d / "alice_first.json").write_text(json.dumps(first.value))
     return path
 
 
@@ -140,6 +141,11 @@ def test_history_lists_every_charge(ledger, capsys) -> None:
     assert [r["query"] for r in rows] == ["age < 30", "histogram(sex)"]
     assert rows[0]["cost_exact"] == "1/10" and rows[0]["analyst"] == "alice"
     assert rows[0]["time"].endswith("Z") and rows[0]["answered"]
+    # the answer as released, recoverable from the ledger (a lost stdout loses nothing)
+    assert rows[0]["answer"] == {
+        "age < 30": json.loads((ledger.parent / "alice_first.json").read_text())
+    }
+    assert set(rows[1]["answer"]) == {"sex = 'Female'", "sex = 'Male'"}
 
 
 def test_analysts_lists_quotas_roles_tokens(ledger, capsys) -> None:

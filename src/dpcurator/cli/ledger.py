@@ -381,6 +381,8 @@ def _history(args: argparse.Namespace) -> int:
                         **output.amount_json("cost", r.cost, cur, up=True),
                         "noise": r.noise,
                         "answered": r.answer is not None,
+                        # as released: a caller whose output was lost can recover it
+                        "answer": r.answer,
                     }
                     for r in rows
                 ]
