@@ -249,3 +249,30 @@ def test_what_the_front_end_reads_needs_nothing_else():
     )
     req = parse_select(text, {"p": Schema.from_dict(SCHEMA)}, having=compile_having)
     assert req.columns[:2] == ("s", "n") and req.limit == 2
+
+
+def test_groups_the_where_excludes_are_left_out(curator):
+    """A group with a value the WHERE excludes reads no row: it is not shown (which
+    groups those are follows from the query alone). Empty groups the WHERE reaches stay
+    (Chinstrap with `my col` above 3 has no row, and is shown as 0)."""
+    assert answers(
+        curator, f"{DP} species, COUNT(*) AS n FROM t WHERE species = 'Gentoo' GROUP BY species"
+    ) == [("Gentoo", 3)]
+    assert answers(
+        curator, f"{DP} species, COUNT(*) AS n FROM t WHERE `my col` > 3 GROUP BY species"
+    ) == [("Adelie", 1), ("Chinstrap", 0), ("Gentoo", 2)]
+    got = answers(curator, f"{DP} `my col`, COUNT(*) AS n FROM t WHERE `my col` >= 7 GROUP BY 1")
+    assert got == [(7, 0), (8, 0), (9, 1)]
+    # each column's values on their own: the combination (Adelie, false) is not reached,
+    # but Adelie and false each are, so the group stays
+    got = answers(
+        curator,
+        f"{DP} species, `select`, COUNT(*) AS n FROM t WHERE (species = 'Adelie' AND `select`) "
+        "OR species = 'Gentoo' GROUP BY species, `select`",
+    )
+    assert got == [
+        ("Adelie", False, 0),
+        ("Adelie", True, 2),
+        ("Gentoo", False, 1),
+        ("Gentoo", True, 2),
+    ]

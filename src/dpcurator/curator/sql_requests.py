@@ -1,7 +1,8 @@
 """One DP ``SELECT`` is one request: planned, priced and charged once, then measured.
 
 A SELECT (:mod:`dpcurator.sql`) reads the rows its ``WHERE`` covers, per group of its
-``GROUP BY`` (every group of the public domain, empty ones included). Its aggregates
+``GROUP BY`` (every group of the public domain that the WHERE can reach, empty ones
+included: which groups these are follows from the query alone). Its aggregates
 need *measurements* — a noisy count of the rows read, a noisy centred sum of a clipped
 column, a noisy sum of its squares, a clipped sum, a selection for a percentile, a
 noisy number of distinct units — and aggregates that need the same measurement share
@@ -464,7 +465,10 @@ class SqlRequests:
         req = plan.request
         group_outputs = [(n, i) for n, kind, i in req.outputs if kind == "group"]
         agg_outputs = [(n, i) for n, kind, i in req.outputs if kind == "aggregate"]
+        reached = self._reached(plan)
         for g, combo in enumerate(itertools.product(*(range(t.groups) for t in plan.terms))):
+            if not all(reached[i][v] for i, v in enumerate(combo)):
+                continue  # a value the WHERE excludes (see _reached)
             row: list[Any] = [plan.terms[i].value(combo[i]) for _, i in group_outputs]
             for _, a in agg_outputs:
                 row.extend(self._answer(plan, a, g, noisy, selected))
@@ -562,6 +566,30 @@ class SqlRequests:
                 attr = schema.attribute(col)
                 edges = sorted({0, attr.size, *pos, *(p + 1 for p in pos)})
                 exact[key] = (be.binned_counts(col, edges, self._present(plan, [col]), by), edges)
+
+    def _reached(self, plan: _Plan) -> list[list[bool]]:
+        """For each GROUP BY term, whether the WHERE region meets each of its values.
+
+        A group with a value the WHERE excludes (``WHERE species = 'Gentoo' GROUP BY
+        species``: Adelie; ``WHERE year > 2010 GROUP BY year``: 2010 and before) reads no
+        row, so its answer would be noise about nothing: it is not shown. Which groups
+        those are follows from the query's text alone (never from the data). One test per
+        value of each term, not per group: a WHERE of ORs may still exclude some
+        combinations of values reached one by one, and those groups stay."""
+        out = []
+        for term in plan.terms:
+            name = term.attribute.name
+            out.append(
+                [
+                    not intersection(
+                        plan.covered,
+                        Query.from_coverages(plan.schema, {name: term.coverage(v)}),
+                        text="",
+                    ).is_empty
+                    for v in range(term.groups)
+                ]
+            )
+        return out
 
     def _group_rows(self, plan: _Plan, combo: Sequence[int]) -> Query | BooleanQuery:
         if not plan.terms:
