@@ -296,7 +296,10 @@ def check_load_options(
         if attr.type == "integer" and not (
             INT64[0] <= attr.min and attr.max <= INT64[1] and attr.size <= INT64[1]
         ):
-            raise InvalidParameter(f"attribute {attr.name!r}: domain exceeds 64-bit integers")
+            raise InvalidParameter(
+                f"attribute {attr.name!r}: domain [{attr.min}, {attr.max}] exceeds 64-bit "
+                "integers (min and max from -2^63 to 2^63 - 1, at most 2^63 - 1 values)"
+            )
         if isinstance(attr.missing, int) and not INT64[0] <= attr.missing <= INT64[1]:
             raise InvalidParameter(
                 f"attribute {attr.name!r}: its missing value {attr.missing} exceeds 64-bit integers"

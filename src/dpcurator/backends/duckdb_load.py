@@ -684,7 +684,27 @@ def refusals(
     loader = Loader(con, opts.schema, show_values=True, missing=opts.missing)
     try:
         loader.ingest(data, separator=opts.separator, header=None, columns=None, skip=0)
+        if loader.first_data == 0 and loader.names == list(opts.schema.names):
+            _check_header(loader)
         return loader.refusals()
     finally:
         loader.cleanup()
         con.close()
+
+
+def _check_header(loader: Loader) -> None:
+    """Refuse a CSV file read headerless whose first row is a header all the same: it
+    has at least half of the schema's names (a data row hardly would), but lacks some
+    (an attribute misnamed, an unnamed pandas index). Read as data, that row and every
+    attribute would be reported invalid, which says nothing of the cause."""
+    row = loader._sql(f"SELECT * FROM {ident(loader.raw)} WHERE rowid = 0").fetchall()
+    first = ["" if v is None else str(v) for v in row[0]] if row else []
+    names = list(loader.schema.names)
+    lacking = [n for n in names if not matches(first, n)]
+    if lacking and 2 * (len(names) - len(lacking)) >= len(names):
+        shown = ", ".join(repr(n) for n in lacking[:5]) + (" ..." if len(lacking) > 5 else "")
+        raise DataError(
+            f"{loader.source}: no header row found: the first row has {len(names) - len(lacking)} "
+            f"of the schema's {len(names)} attribute names but lacks {shown}; name those "
+            "attributes as the header does"
+        )

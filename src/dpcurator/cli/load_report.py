@@ -16,14 +16,22 @@ from dpcurator.curator.privacy_unit import PrivacyUnit
 
 def describe(report: Any, unit: PrivacyUnit | None = None) -> str:
     """One table's report in one line: rows read and used, then what was dropped (values
-    outside the schema, rows over the unit's cap) and replaced."""
+    outside the schema, rows without a unit id, rows over the unit's cap) and replaced.
+    Rows without an id and rows over the cap are told apart: the first say something of
+    the data's quality, the second of the k chosen."""
     head = f"{report.rows_read:,} rows read, "
     bits = []
     if report.dropped_invalid:
         bits.append(f"{report.dropped_invalid:,} dropped (values outside the schema)")
-    if report.dropped_privacy_unit:
+    u = getattr(report, "unit", None)
+    no_id = u.dropped_missing_id if u is not None else 0
+    over = report.dropped_privacy_unit - no_id
+    if no_id:
+        column = f" {u.column!r}" if u is not None else ""
+        bits.append(f"{no_id:,} dropped (no id in the privacy unit's column{column})")
+    if over:
         cap = "" if unit is None else f": {unit.max_rows:,} rows per {unit.name}"
-        bits.append(f"{report.dropped_privacy_unit:,} dropped (over the privacy unit's limit{cap})")
+        bits.append(f"{over:,} dropped (over the privacy unit's limit{cap})")
     for attr, n in sorted(report.replaced.items()):
         bits.append(f"{n:,} with {attr} replaced")
     if not bits and report.rows == report.rows_read:

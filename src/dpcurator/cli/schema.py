@@ -18,10 +18,13 @@ from dpcurator.errors import DataError, InvalidParameter
 
 _EPILOG = """\
 draft: each column gets the first type that fits it: boolean, date, timestamp (the
-coarsest unit its values are whole in), integer, float (a step nearly every value is
-written to), categorical (its values; more than 50 go to a values file beside --out);
+coarsest unit its values are whole in), integer (within 64 bits), float (a step nearly
+every value is written to, at most 10^6 positions, magnitudes below 10^15), categorical
+(its values; more than 50 go to a values file beside --out; also numbers no grid holds);
 bounds rounded outward (times to whole years); columns with blank or NA cells a missing
-value. Review every line it prints before publishing.
+value. Columns loading cannot find by name (no name in the header, as pandas writes its
+index; two columns of one name) are left out. Review every line it prints before
+publishing; warnings go to stderr.
 check: exit status 0 when every row loads, 1 when some would not (each column's count,
 its first bad row and the fix), 2 on bad input. Neither charges anything."""
 
@@ -56,7 +59,10 @@ def run_draft(args: argparse.Namespace) -> int:
     columns = draft(args.data, separator=args.separator)
     attrs = [c.attribute for c in columns if c.attribute is not None]
     if not attrs:
-        raise DataError(f"{args.data}: no column can be drafted")
+        reasons = dict.fromkeys(f"{c.name}: {(c.warnings + c.notes)[0]}" for c in columns)
+        why = "; ".join(list(reasons)[:3])
+        more = f"; {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        raise DataError(f"{args.data}: no column can be drafted ({why}{more})")
     schema = Schema.from_dict({"attributes": attrs}).to_dict()
     report = sys.stderr if args.out is None else sys.stdout
     if args.out is None:
@@ -77,6 +83,11 @@ def run_draft(args: argparse.Namespace) -> int:
     for c in columns:
         for note in c.notes:
             print(f"  {c.name}: {note}", file=report)
+    # always on stderr, after the notes: a fallback or a step that merges most values
+    # changes what the column can answer, and must not scroll by among the notes
+    for c in columns:
+        for warning in c.warnings:
+            print(f"dpcurator schema: warning: {c.name}: {warning}", file=sys.stderr)
     return 0
 
 

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dpcurator.backends import DuckDBBackend
     from dpcurator.backends.unit_rows import KEY_BYTES
-    from dpcurator.errors import InvalidParameter
+    from dpcurator.errors import DataError, InvalidParameter
 
     if not args.unit.strip():
         raise InvalidParameter("--unit: give the id column")
@@ -65,13 +65,18 @@ def _run(args: argparse.Namespace) -> int:
         loader = functools.partial(SparkBackend.load, spark=args.spark_master)
     elif args.spark_master is not None:
         raise InvalidParameter("--spark-master goes with --backend spark")
-    backend = loader(
-        args.data,
-        args.schema,
-        privacy_unit=unit.pair,
-        unit_key=secrets.token_bytes(KEY_BYTES),  # the counts do not depend on it
-        **options.load_options(args),
-    )
+    try:
+        backend = loader(
+            args.data,
+            args.schema,
+            privacy_unit=unit.pair,
+            unit_key=secrets.token_bytes(KEY_BYTES),  # the counts do not depend on it
+            **options.load_options(args),
+        )
+    except DataError as err:
+        # the loader's "privacy unit column" is this command's --unit, not the
+        # --privacy-unit of the commands that charge
+        raise DataError(str(err).replace("privacy unit column ", "--unit column ")) from None
     try:
         report = backend.report
     finally:

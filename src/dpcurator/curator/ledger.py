@@ -48,6 +48,7 @@ from dpcurator.curator.ledger_analysts import AnalystsChain
 from dpcurator.curator.ledger_anchoring import Anchoring, anchor_file, verify_interval
 from dpcurator.curator.ledger_chain import FORMAT, TransactionAborted, retried
 from dpcurator.curator.ledger_checkpoints import Checkpoints, Opened
+from dpcurator.curator.ledger_identity import mismatch_message
 from dpcurator.curator.stores import (
     Rows,
     is_url,
@@ -202,12 +203,8 @@ class Ledger(AnalystsChain, Anchoring, Checkpoints):
                         self.path, self._genesis, rows.checkpoints(), None
                     )
         if want is not None and unit_key_of.public(self._identity) != json.loads(want):
-            have = json.loads(self._identity)
-            raise LedgerError(
-                f"ledger {self.path} belongs to another curator (budget {have.get('budget')}, "
-                f"tables {sorted(have.get('tables', {}))}); open it with the same budget and "
-                "schemas, or use a new ledger"
-            )
+            have = unit_key_of.public(self._identity)
+            raise LedgerError(mismatch_message(self.path, have, json.loads(want)))
 
     def _check_format(self) -> None:
         """Refuse a database that is not a ledger of this format, before any write."""

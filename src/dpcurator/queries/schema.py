@@ -192,8 +192,15 @@ class Attribute:
         for key in ("min", "max", "step"):
             raw = getattr(self, key)
             x = None if isinstance(raw, str) else values.number_of(raw)
-            if x is None or abs(x) > 10**MAX_FLOAT_DIGITS:
+            if x is None:
                 raise self._fail(f"a float's {key} must be a finite number, got {raw!r}")
+            # min and max have at most 15 digits before the point (10^15 has 16)
+            if abs(x) > 10**MAX_FLOAT_DIGITS or (key != "step" and abs(x) == 10**MAX_FLOAT_DIGITS):
+                raise self._fail(
+                    f"a float's {key} must be below 10^{MAX_FLOAT_DIGITS} in magnitude (a "
+                    f"float keeps {MAX_FLOAT_DIGITS} significant digits), got {raw!r}; larger "
+                    "whole numbers fit an integer attribute (64 bits), others a rescaled column"
+                )
             try:
                 values.as_decimal(x)
             except ValueError:

@@ -45,12 +45,15 @@ MAX_DIGITS = 1000
 #: with any grid point come out the same (``x > 1e-99999`` is ``x > 0`` plus nothing).
 EXPONENT_LIMIT = 1000
 
-_NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+# ASCII digits only (re.ASCII: ``\d`` is [0-9]), as integers are read in the engines'
+# SQL: an Arabic-Indic or fullwidth digit is refused by every type alike.
+_NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?", re.ASCII)
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
 _INSTANT = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})"
     r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?"
-    r" ?(Z|z|UTC|[+-]\d{2}(?::?\d{2})?)?"
+    r" ?(Z|z|UTC|[+-]\d{2}(?::?\d{2})?)?",
+    re.ASCII,
 )
 _BOOLEANS = {
     "true": True, "t": True, "yes": True, "y": True, "1": True,
@@ -229,7 +232,7 @@ def date_of(days: int) -> dt.date:
 
 def instant_text(seconds: int) -> str:
     """``YYYY-MM-DDTHH:MM:SSZ`` of a whole number of seconds since the epoch (UTC)."""
-    return (_EPOCH + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (_EPOCH + dt.timedelta(seconds=seconds)).isoformat(timespec="seconds") + "Z"
 
 
 def local_time(seconds: int, zone: str) -> dt.datetime:
