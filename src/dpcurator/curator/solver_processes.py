@@ -120,8 +120,12 @@ def _read_exactly(fd: int, n: int) -> bytes:
 
 def serve(jobs: int, send: Connection) -> None:
     """A worker: say it is ready, then compute the jobs read from the file descriptor
-    ``jobs`` until it closes."""
-    send.send(("ready", os.getpid()))
+    ``jobs`` until it closes (or, as it starts, until its server is gone: a server
+    stopped while this worker imported the solver, as a warmed one can be)."""
+    try:
+        send.send(("ready", os.getpid()))
+    except (OSError, ValueError):
+        return
     while True:
         try:
             (n,) = _FRAME.unpack(_read_exactly(jobs, _FRAME.size))
