@@ -313,3 +313,37 @@ def test_a_units_line_without_a_unit_is_refused(files, capsys) -> None:
     assert code != 0
     one_error_line(err, "answer", "no privacy unit")
     assert charges(files["ledger"]) == 0
+
+
+def test_answer_under_a_unit_reports_the_errors_of_the_noise_it_added(files, capsys) -> None:
+    """Every ``expected_abs_noise`` is the discrete Laplace's E|Y| = 2q / (1 - q^2), q =
+    e^(-1/scale), at the scale the row reports (about k / epsilon), and a consistent
+    interval is z times the standard deviation of the least-squares combination of the
+    noises added: the total's from its own noise and its two cells'. Both were k times
+    too small (the per-row noise's)."""
+    import math
+    from statistics import NormalDist
+
+    files["workload"].write_text("total\nhistogram(carrier)\n")
+    code, out, err = run(
+        capsys, *answer(files, "--privacy-unit", "tailnum:2", "--postprocess", "consistent")
+    )
+    assert code == 0, err
+    with open(files["dir"] / "a.csv") as f:
+        rows = list(csv.DictReader(f))
+    var = []
+    for row in rows:
+        scale = float(row["noise_parameter"])
+        assert scale == pytest.approx(2 / float(row["cost"]), rel=1e-5)  # k / epsilon
+        q = math.exp(-1 / scale)
+        assert float(row["expected_abs_noise"]) == pytest.approx(2 * q / (1 - q * q), rel=1e-9)
+        var.append(2 * q / (1 - q) ** 2)
+    total = next(r for r in rows if r["query"] == "total")
+    sd = math.sqrt(1 / (1 / var[0] + 1 / (var[1] + var[2])))
+    z = NormalDist().inv_cdf(0.975)
+    width = float(total["interval_high"]) - float(total["interval_low"])
+    assert width == pytest.approx(2 * z * sd, rel=1e-6)
+    # the summary's total |noise| is the rows' sum
+    line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("* optimal"))
+    shown = float(line.split()[2].replace(",", ""))
+    assert shown == pytest.approx(sum(float(r["expected_abs_noise"]) for r in rows), abs=0.06)

@@ -135,11 +135,6 @@ class WorkloadRequests:
             if left.value > 0
             else Fraction(0),
         )
-        if self._k != 1 and strategy not in ("auto", "direct"):
-            raise InvalidParameter(
-                "strategies other than direct are planned for one row per person; this "
-                "curator has a privacy unit of several rows"
-            )
         if wl.statistics:  # statistics are measured themselves: the direct strategy
             if strategy not in ("auto", "direct"):
                 raise InvalidParameter(
@@ -155,7 +150,10 @@ class WorkloadRequests:
             available=float(available) if available < total * (1 - Fraction(1, 10**12)) else None,
             time_limit=time_limit,
             objective=objective,
-            strategy="direct" if self._k != 1 and strategy == "auto" else strategy,
+            strategy=strategy,
+            # the plan's noises, and every expected error, interval and variance read
+            # from them, are the ones added: a count's sensitivity is the unit's k
+            sensitivity=self._k,
         )
         if plan.strategy is not None:
             return plan, self._release_strategy(plan, t, _analyst)

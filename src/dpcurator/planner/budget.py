@@ -8,7 +8,7 @@ charged through :meth:`dpcurator.curator.Curator.release`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_FLOOR, Decimal
 
 from dpcurator.errors import InvalidParameter
@@ -46,23 +46,34 @@ class PlanBudget:
     ``currency`` is ``epsilon`` (pure DP, discrete Laplace), ``rho`` (zCDP or an
     (eps, delta) target, discrete Gaussian) or ``mu`` (Gaussian DP, discrete Gaussian;
     additive in mu^2). ``amount`` is eps, rho or mu^2.
+
+    ``sensitivity`` is every planned count's: 1 for one row per person, k under a privacy
+    unit of k rows. It is the one place the planner learns it: :meth:`noise` is the noise
+    the curator adds at that sensitivity, so every figure read from the noise (a plan's
+    noises, expected errors, variances, intervals) is the released answers' own. The
+    allocation never reads it (see :attr:`coefficient`).
     """
 
     guarantee: PureDP | ApproxDP | ZCDP | GDP
     currency: str
     amount: float
+    sensitivity: int = 1
 
     @staticmethod
-    def of(guarantee: object) -> PlanBudget:
+    def of(guarantee: object, sensitivity: int = 1) -> PlanBudget:
+        if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
+            raise InvalidParameter(
+                f"sensitivity must be a positive integer (rows per unit), got {sensitivity!r}"
+            )
         if isinstance(guarantee, PureDP):
-            b = PlanBudget(guarantee, "epsilon", guarantee.epsilon)
+            b = PlanBudget(guarantee, "epsilon", guarantee.epsilon, sensitivity)
         elif isinstance(guarantee, ZCDP):
-            b = PlanBudget(guarantee, "rho", guarantee.rho)
+            b = PlanBudget(guarantee, "rho", guarantee.rho, sensitivity)
         elif isinstance(guarantee, GDP):
-            b = PlanBudget(guarantee, "mu", guarantee.mu**2)
+            b = PlanBudget(guarantee, "mu", guarantee.mu**2, sensitivity)
         elif isinstance(guarantee, ApproxDP):
             rho = largest_zcdp_within(guarantee.epsilon, guarantee.delta).rho
-            b = PlanBudget(guarantee, "rho", rho)
+            b = PlanBudget(guarantee, "rho", rho, sensitivity)
         else:
             raise InvalidParameter(
                 "budget must be PureDP(eps), ApproxDP(eps, delta), ZCDP(rho) or GDP(mu), "
@@ -73,8 +84,9 @@ class PlanBudget:
         return b
 
     def with_amount(self, amount: float) -> PlanBudget:
-        """The same currency with a smaller additive amount (what a ledger has left)."""
-        return PlanBudget(self.guarantee, self.currency, amount)
+        """The same currency and sensitivity with a smaller additive amount (what a ledger
+        has left)."""
+        return replace(self, amount=amount)
 
     # --- the variance model the optimiser uses: Var = a / c^p, c additive -----------------
 
@@ -85,6 +97,13 @@ class PlanBudget:
 
     @property
     def coefficient(self) -> float:
+        """a of the model Var = a / c^p, per unit of sensitivity squared.
+
+        At sensitivity k every model variance is k^2 a / c^p: a factor common to every
+        query, which scales each allocation's objective (a weighted sum of these, or
+        their maximum) and leaves its minimiser, the split, unchanged. So the allocation
+        is computed at sensitivity 1, the same split for every k (and the same numbers
+        bit for bit); only the figures read from :meth:`noise` depend on k."""
         return {"epsilon": 2.0, "rho": 0.5, "mu": 1.0}[self.currency]
 
     # --- additive amounts <-> the values the curator is given --------------------------
@@ -102,8 +121,10 @@ class PlanBudget:
         return {"epsilon": PureDP, "rho": ZCDP, "mu": GDP}[self.currency](value)
 
     def noise(self, value: float):  # -> Noise
-        """The exact noise the curator adds for a cost ``value`` (sensitivity 1)."""
-        return noise_for_cost(self.cost_guarantee(value))
+        """The exact noise the curator adds for a cost ``value`` on a count of this
+        budget's sensitivity (scale k/eps, sigma k/sqrt(2 rho) or about k/mu under a
+        privacy unit of k rows)."""
+        return noise_for_cost(self.cost_guarantee(value), self.sensitivity)
 
     def describe(self) -> str:
         g = self.guarantee

@@ -95,12 +95,12 @@ class Plan:
     budget: PlanBudget
     allocation: Allocation
     values: tuple[float, ...]  # per-query cost in the budget's currency (mu, not mu^2)
-    noises: tuple[Any, ...]  # the exact noise each answer gets
+    noises: tuple[Any, ...]  # the exact noise each answer gets (at budget.sensitivity)
     gamma: float  # unweighted maximum overlap
     gamma_exact: bool
     gamma_witness: dict[str, Any]
-    expected_abs: dict[str, float]  # total expected |noise| per allocation
-    expected_sq: dict[str, float]  # total variance per allocation
+    expected_abs: dict[str, float]  # total expected |noise| per allocation, as added
+    expected_sq: dict[str, float]  # total variance per allocation, as added
     guarantee: FinalGuarantee
     alternative: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default=())
@@ -212,6 +212,7 @@ def _guarantee(
             "; a weighted measurement's rows of weight k at a point cost it |k| (pure DP) "
             "or k^2 (zCDP, GDP in mu^2) times their unit, charged per column norm"
         )
+    k = budget.sensitivity
     if isinstance(g, PureDP):
         return FinalGuarantee(
             "pure",
@@ -220,7 +221,8 @@ def _guarantee(
             None,
             None,
             f"{parallel}; basic composition of pure DP at the worst point, eps = sum eps_q "
-            "(Dwork & Roth 2014, Thm 3.16); discrete Laplace is (1/scale)-DP",
+            "(Dwork & Roth 2014, Thm 3.16); discrete Laplace is "
+            + ("(1/scale)-DP" if k == 1 else f"({k}/scale)-DP on a count of sensitivity {k}"),
             point,
             len(idx),
             cert,
@@ -235,7 +237,10 @@ def _guarantee(
             total,
             None,
             f"{parallel}; zCDP composition at the worst point, rho = sum rho_q (Bun & Steinke "
-            "2016, Lemma 1.7); discrete Gaussian is 1/(2 sigma^2)-zCDP (Canonne, Kamath & Steinke 2020)",
+            "2016, Lemma 1.7); discrete Gaussian is "
+            + ("1/(2 sigma^2)" if k == 1 else f"{k * k}/(2 sigma^2)")
+            + "-zCDP (Canonne, Kamath & Steinke 2020)"
+            + ("" if k == 1 else f" on a count of sensitivity {k}"),
             point,
             len(idx),
             cert,
@@ -251,7 +256,9 @@ def _guarantee(
             None,
             mu,
             f"{parallel}; Gaussian DP composition at the worst point, mu = sqrt(sum mu_q^2) "
-            "(Dong, Roth & Su 2022, Cor. 3.3), each discrete Gaussian's effective mu <= mu_q",
+            "(Dong, Roth & Su 2022, Cor. 3.3), each discrete Gaussian's effective mu"
+            + ("" if k == 1 else f" times its sensitivity {k}")
+            + " <= mu_q",
             point,
             len(idx),
             cert,
@@ -274,6 +281,7 @@ def _approx_guarantee(queries, budget, noises, res, rho_total, cert, time_limit)
 
     g = budget.guarantee
     delta = g.delta
+    k = budget.sensitivity
     candidates = [
         (
             zcdp_epsilon(rho_total, delta),
@@ -285,22 +293,25 @@ def _approx_guarantee(queries, budget, noises, res, rho_total, cert, time_limit)
     sigmas = [] if noises is None else sorted({float(n.sigma) for n in noises})
     if noises is None:
         pass  # weighted pieces: zCDP, additive in each point's column norms, is the theorem
-    elif len(sigmas) == 1:
+    elif len(sigmas) == 1 and k == 1:
         # identical mechanisms: the composition of the worst point's queries is the worst
         # over every point (adding a mechanism never helps), so the tight theorems apply
-        k = len(res.witness_queries)
-        c = compose([DiscreteGaussian(sigmas[0], k)], delta=delta, methods=["pld", "gdp", "zcdp"])
+        n = len(res.witness_queries)
+        c = compose([DiscreteGaussian(sigmas[0], n)], delta=delta, methods=["pld", "gdp", "zcdp"])
         best = c.best
         if best is not None:
             candidates.append(
                 (
                     best.epsilon,
-                    f"{best.method}: {best.theorem} over the {k} queries of the worst point",
+                    f"{best.method}: {best.theorem} over the {n} queries of the worst point",
                 )
             )
     else:
-        # heterogeneous: GDP is additive in mu^2, so its own worst point is found exactly
-        mus = {s: effective_gdp_mu(s) for s in sigmas}
+        # heterogeneous, or a count of sensitivity k > 1 (the accountants' discrete
+        # Gaussian is a sensitivity-1 count's): GDP is additive in mu^2, so its own worst
+        # point is found exactly; a shift of k is k unit shifts, k times the effective mu
+        # (Dong, Roth & Su 2022, Thm 2.14), as the noise's own guarantee says
+        mus = {s: k * effective_gdp_mu(s) for s in sigmas}
         w = [mus[float(n.sigma)] ** 2 for n in noises]
         r2 = max_overlap(queries, weights=w, time_limit=time_limit)
         mu = math.sqrt(float(r2.value if r2.exact else r2.upper_bound))
@@ -309,7 +320,10 @@ def _approx_guarantee(queries, budget, noises, res, rho_total, cert, time_limit)
             candidates.append(
                 (
                     c.best.epsilon,
-                    f"gdp: mu = {mu:.6g} at its worst point (effective mu of each discrete Gaussian; Dong, Roth & Su 2022, Cor. 3.3 and 2.13)",
+                    f"gdp: mu = {mu:.6g} at its worst point ("
+                    + ("" if k == 1 else f"{k} times ")
+                    + "the effective mu of each discrete Gaussian; Dong, Roth & Su 2022, "
+                    + ("Cor. 3.3 and 2.13)" if k == 1 else "Cor. 3.3, 2.13 and Thm 2.14)"),
                 )
             )
     eps, how = min(candidates, key=lambda t: t[0])
@@ -328,10 +342,14 @@ def _approx_guarantee(queries, budget, noises, res, rho_total, cert, time_limit)
     )
 
 
-def laplace_alternative(t: int, gamma: int, epsilon: float, delta: float) -> dict[str, Any]:
+def laplace_alternative(
+    t: int, gamma: int, epsilon: float, delta: float, sensitivity: int = 1
+) -> dict[str, Any]:
     """Uniform discrete Laplace under an (eps, delta) target: per-query eps' such that the
     exact optimal composition (Kairouz, Oh & Viswanath 2017, Thm 3.3) of the gamma queries
-    of the worst point meets (eps, delta). Not expressible in an additive ledger."""
+    of the worst point meets (eps, delta). Not expressible in an additive ledger. Its
+    expected error is the noise's at ``sensitivity`` (scale k/eps' under a unit of k
+    rows), to compare with the plan's own."""
     from dpcurator.planner.budget import round_down
     from dpcurator.privacy.optimal import optimal_epsilon
 
@@ -350,7 +368,7 @@ def laplace_alternative(t: int, gamma: int, epsilon: float, delta: float) -> dic
             else:
                 hi = mid
     eps_q = round_down(lo)
-    noise = PlanBudget.of(PureDP(1.0)).noise(eps_q)
+    noise = PlanBudget.of(PureDP(1.0), sensitivity).noise(eps_q)
     return {
         "noise": "discrete_laplace",
         "epsilon_per_query": eps_q,
@@ -415,6 +433,7 @@ def make_plan(
     compare: bool = True,
     objective: str = "per-table",
     strategy: str = "auto",
+    sensitivity: int = 1,
 ) -> Plan:
     """Plan a release of ``queries`` under ``guarantee``.
 
@@ -439,6 +458,13 @@ def make_plan(
     already spent some: a plan within what is left at the worst point of the domain is
     admitted by the curator's filter everywhere. ``compare``: also compute the other
     allocations' expected errors (the optimal one included) for the report.
+
+    ``sensitivity``: every count's (k under a privacy unit of k rows; each cost is then
+    per unit). The noises, and so every expected error and variance of the plan, are
+    those the curator adds at that sensitivity; the split is the same for every k (see
+    :attr:`PlanBudget.coefficient`). Only the direct strategy is planned for k > 1
+    (``auto`` is then ``direct``): the other strategies' models are a sensitivity-1
+    count's.
     """
     if allocation not in ALLOCATIONS:
         raise InvalidParameter(
@@ -457,16 +483,21 @@ def make_plan(
             f"the {allocation} allocation splits the direct measurement; it does not "
             f"apply to strategy {strategy!r}"
         )
+    budget = PlanBudget.of(guarantee, sensitivity)
+    if sensitivity != 1:
+        if strategy not in ("auto", "direct"):
+            raise InvalidParameter(
+                "strategies other than direct are planned for one row per person; this "
+                "curator has a privacy unit of several rows"
+            )
+        strategy = "direct"
     qs = tuple(queries)
     if not qs:
         raise InvalidParameter("the workload has no queries")
     w = tuple(float(x) for x in (weights if weights is not None else [1.0] * len(qs)))
     lo, hi = WEIGHT_RANGE
     if len(w) != len(qs) or not all(lo <= x <= hi for x in w):
-        raise InvalidParameter(
-            f"weights must be one number per query, between {lo:g} and {hi:g}"
-        )
-    budget = PlanBudget.of(guarantee)
+        raise InvalidParameter(f"weights must be one number per query, between {lo:g} and {hi:g}")
     notes: list[str] = []
     if available is not None and available < budget.amount:
         if not available > budget.amount * 1e-3:  # less than 0.1%: rounding leftovers
@@ -610,7 +641,11 @@ def make_plan(
     g = budget.guarantee
     if isinstance(g, ApproxDP) and len(set(w)) == 1:
         alt = laplace_alternative(
-            len(qs), math.ceil(g0.value if g0.exact else g0.upper_bound), g.epsilon, g.delta
+            len(qs),
+            math.ceil(g0.value if g0.exact else g0.upper_bound),
+            g.epsilon,
+            g.delta,
+            budget.sensitivity,
         )
     return Plan(
         qs,

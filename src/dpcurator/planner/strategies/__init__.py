@@ -382,8 +382,10 @@ def direct_lower_bound(omega: np.ndarray, witness: Sequence[int], budget: PlanBu
     (p+1) / B^p; every other query costs at most B. The model variance a / c^p bounds the
     exact one from above; the exact one is at least kappa times it, kappa the ratio at the
     largest cost B (the ratio grows as the cost falls: for the discrete Laplace it is
-    (c^2/2) / (cosh c - 1))."""
-    p, a, big_b = budget.exponent, budget.coefficient, budget.amount
+    (c^2/2) / (cosh c - 1)). At sensitivity k the model variance is k^2 a / c^p (what
+    :attr:`PlanBudget.coefficient` leaves out), as the exact one, from the budget's noise."""
+    p, big_b = budget.exponent, budget.amount
+    a = budget.coefficient * budget.sensitivity**2
     idx = np.zeros(len(omega), bool)
     idx[list(witness)] = True
     inside = a * float(np.sum(omega[idx] ** (1.0 / (p + 1)))) ** (p + 1) / big_b**p
