@@ -240,7 +240,7 @@ def test_missing_ids_are_refused_or_dropped(tmp_path):
     text = "uid,age,sex\na,1,F\n ,2,F\nNA,3,M\nb,4,M\n,5,F\n?,6,M\n"
     path = tmp_path / "d.csv"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(DataError, match=r"'uid': 4 rows have a missing id \(first: row 2\)$"):
+    with pytest.raises(DataError, match=r"'uid': 4 rows have a missing id \(first: row 2\); on_invalid='drop' leaves them out$"):
         load(path, 1)
     with load(path, 1, on_invalid="drop") as b:
         assert kept(b) == [(1, 0), (4, 1)]
@@ -406,7 +406,8 @@ def test_spark_missing_and_float_ids_as_duckdb(spark, tmp_path):
     )
     _, _, refusal = load_twins(spark, df, 2, replace={"age": 0})
     assert (
-        refusal == "DataFrame: privacy unit column 'uid': 3 rows have a missing id (first: row 4)"
+        refusal == "DataFrame: privacy unit column 'uid': 3 rows have a missing id (first: row 4); "
+        "on_invalid='drop' leaves them out"
     )
     duck, spk, _ = load_twins(spark, df, 2, on_invalid="drop")
     valid = df[df["uid"].notna() & (df["age"] <= 99)].copy()

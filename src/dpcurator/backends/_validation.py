@@ -427,7 +427,8 @@ def missing_id_message(source: str, column: str, rows: int, first: int) -> str:
     """The one-line refusal of rows without a privacy-unit id."""
     return (
         f"{source}: privacy unit column {column!r}: "
-        f"{rows} rows have a missing id (first: row {first})"
+        f"{rows} rows have a missing id (first: row {first}); on_invalid='drop' leaves "
+        "them out"
     )
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from dpcurator.cli import load_report, options, output
 from dpcurator.cli.anchoring import add_anchor, anchor_of, warn_unanchored
 from dpcurator.cli.answer import ledger_option
-from dpcurator.errors import InvalidParameter
+from dpcurator.errors import InvalidParameter, LedgerError
 
 _EPILOG = """\
 The grammar, every rule and refusal: docs/sql.md. The SELECT's own cost is its
@@ -82,10 +84,30 @@ def _tables(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
     return {Path(args.data).name.split(".")[0] or "data": (args.data, args.schema)}
 
 
+def _named_after_file(
+    err: LedgerError, args: argparse.Namespace, tables: dict[str, tuple[str, str]]
+) -> LedgerError:
+    """A ledger refusing ``--data``'s table for its name: the name comes from the data
+    file's, so a renamed file (penguins_v2.csv) no longer opens the ledger of
+    penguins.csv; ``--table`` keeps the ledger's name. Other refusals are unchanged."""
+    found = re.search(r"the ledger's tables are \[(.*?)\], not", str(err))
+    if args.data is None or found is None:
+        return err
+    names = re.findall(r"'((?:[^'\\]|\\.)*)'", found.group(1))
+    [(data, schema)] = tables.values()
+    name = names[0] if len(names) == 1 else "NAME"
+    return type(err)(
+        f"{err}; with --data a table is named after its file ({next(iter(tables))!r} from "
+        f"{Path(data).name}): --table {name} {data} {schema} keeps the ledger's name"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from dpcurator import Curator
+    from dpcurator.sql.text import decode  # (loads sqlglot: not at every CLI start)
 
-    text = sys.stdin.read() if args.query == "-" else args.query
+    # as bytes, read strictly: an invalid byte named as one, a byte-order mark dropped
+    text = decode(sys.stdin.buffer.read() if args.query == "-" else os.fsencode(args.query))
     ledger = ledger_option(args.ledger)
     guarantee = options.budget_from(args)
     unit = options.privacy_unit_from(args)
@@ -94,15 +116,19 @@ def run(args: argparse.Namespace) -> int:
     fmt = output.out_format(args.out) if args.out is not None else None
     if args.out is not None:
         output.check_writable(args.out, "--out")
-    with Curator.open(
-        tables=tables,
-        budget=guarantee,
-        ledger=ledger,
-        anchor=anchor_of(args),
-        privacy_unit=unit,
-        **opts,
-        **options.backend_options(args),
-    ) as cur:
+    try:
+        cur = Curator.open(
+            tables=tables,
+            budget=guarantee,
+            ledger=ledger,
+            anchor=anchor_of(args),
+            privacy_unit=unit,
+            **opts,
+            **options.backend_options(args),
+        )
+    except LedgerError as err:
+        raise _named_after_file(err, args, tables) from None
+    with cur:
         warn_unanchored(cur.ledger)
         dropped = {k: r for k, r in cur.load_reports().items() if r and r.rows != r.rows_read}
         for line in load_report.lines(dropped, unit):

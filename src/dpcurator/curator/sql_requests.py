@@ -63,6 +63,7 @@ from dpcurator.queries.boolean import BooleanQuery, intersection
 from dpcurator.queries.joins import JoinedSchema, joined_schema
 from dpcurator.queries.parts import GroupTerm, group_term, table_cell
 from dpcurator.queries.predicates import complement
+from dpcurator.queries.values import decimal_text
 from dpcurator.sql.result import SqlResult
 
 if TYPE_CHECKING:  # sqlglot is loaded when the first SELECT is read, not at import
@@ -207,7 +208,7 @@ class SqlRequests:
         schema = req.join.schema if req.join is not None else self._schema(table)  # type: ignore[attr-defined]
         if req.join is not None:  # built (once) before anything is charged
             self._table_backend(table)
-        covered = requests.canonical_query(req.where, schema)
+        covered = req.located(lambda: requests.canonical_query(req.where, schema), schema)
         cost = self._sql_cost(req)
         terms = [group_term(schema, g) for g in req.groups]
         cap, limit = self.limits.cell_cap
@@ -246,6 +247,16 @@ class SqlRequests:
             raise QueryError(
                 f"SQL: OPTIONS delta: this ledger keeps {cur} (delta applies with epsilon on "
                 "an (epsilon, delta) ledger)"
+            )
+        if name == "epsilon" and cur == "rho":
+            # (an (epsilon, delta) ledger keeps rho): a pure epsilon is the rho of
+            # PureDP.to_zcdp (Bun & Steinke 2016, Prop. 1.4), named, not applied unasked
+            raise QueryError(
+                f"SQL: OPTIONS epsilon={decimal_text(value)} "
+                f"{'without delta' if delta is None else 'with delta=0'}: this ledger keeps "
+                "rho; add delta=... (the cost is then the largest rho meeting (epsilon, "
+                "delta)), or give rho= (pure epsilon-DP is rho = epsilon^2/2: "
+                f"rho={decimal_text(value * value / 2)})"
             )
         if name != cur:
             raise QueryError(
@@ -292,7 +303,7 @@ class SqlRequests:
         if kind == "count":
             return _Measure(key, self._noise(part, k)[0])  # type: ignore[attr-defined]
         if kind == "share":
-            requests.canonical_query(key[1], schema)  # checked now
+            plan.request.located(lambda: requests.canonical_query(key[1], schema), schema)
             return _Measure(key, self._noise(part, k)[0])  # type: ignore[attr-defined]
         if kind == "distinct":
             own = self._shares(part, [Fraction(1, k)])[0]  # type: ignore[attr-defined]

@@ -39,9 +39,17 @@ from dpcurator.queries.predicates import render_name
 from dpcurator.queries.schema import Schema
 from dpcurator.queries.statistic_request import StatisticRequest
 from dpcurator.queries.values import decimal_text, parse_number
-from dpcurator.sql.text import PREFIX, pre_parse
+from dpcurator.sql.text import PREFIX, pre_parse, syntax_error
 from dpcurator.sql.unread import refuse_unread
-from dpcurator.sql.where import Names, dashed_name, number, part_name, shown, where_text
+from dpcurator.sql.where import (
+    Names,
+    dashed_name,
+    located,
+    number,
+    part_name,
+    shown,
+    where_text,
+)
 
 __all__ = ["Aggregate", "Options", "SelectRequest", "parse_select"]
 
@@ -129,6 +137,14 @@ class SelectRequest:
     having: Any = field(default=None, compare=False)  # a compiled condition (see output)
     order: tuple[tuple[int, bool, bool], ...] = ()  # (output, descending, nulls first)
     limit: int | None = None
+    #: the comparisons of WHERE and of the shares' conditions: (query-language text, SQL
+    #: as written), for :meth:`located` to name the one the query language refuses
+    leaves: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def located(self, read: Callable[[], Any], schema: Schema) -> Any:
+        """``read()`` of the WHERE or a share's condition, a refusal naming the
+        comparison as written rather than a position in the re-written text."""
+        return located(read, self.leaves, schema)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -204,7 +220,9 @@ def _aggregate(
     if isinstance(node, exp.Count):
         _count_arguments(node)
         inner = node.this
-        if isinstance(inner, exp.Star):
+        if isinstance(inner, exp.Star) or (
+            isinstance(inner, exp.Literal) and parse_number(str(inner.this)) is not None
+        ):  # COUNT(1): 1 is never NULL, so every row is counted, as by COUNT(*)
             return Aggregate(name, "COUNT(*)", ask("count"))
         if isinstance(inner, exp.Distinct):
             cols = inner.expressions
@@ -225,7 +243,7 @@ def _aggregate(
         if isinstance(inner, exp.Column):
             col = names.column(inner)
             return Aggregate(name, f"COUNT({render_name(col)})", ask("count", attribute=col))
-        raise QueryError(f"SQL: {text}: COUNT takes *, a column or DISTINCT <unit>")
+        raise QueryError(f"SQL: {text}: COUNT takes *, 1, a column or DISTINCT <unit>")
     if not (isinstance(node, exp.Anonymous) and str(node.this).upper() in _KINDS):
         return None
     kind = _KINDS[str(node.this).upper()]
@@ -347,6 +365,11 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
     cost = (costs[0][0], num(costs[0][0]))
     if cost[1] <= 0:
         raise QueryError(f"SQL: OPTIONS {cost[0]} must be positive")
+    if float(cost[1]) == 0:  # the noise is computed in floats: it would read 0
+        raise QueryError(
+            f"SQL: OPTIONS {cost[0]}={seen[cost[0]]} is too small: it underflows to 0 as a "
+            f"64-bit float (such an answer would be pure noise); spend more {cost[0]}"
+        )
     delta = num("delta") if "delta" in seen else None
     if delta is not None and not 0 <= delta < 1:
         raise QueryError("SQL: OPTIONS delta must be in [0, 1)")
@@ -359,6 +382,12 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
     confidence = num("confidence") if "confidence" in seen else Fraction(95, 100)
     if not 0 < confidence < 1:
         raise QueryError("SQL: OPTIONS confidence must be in (0, 1), e.g. 0.95")
+    if not 0 < float(1 - confidence) < 1:  # the intervals compute alpha = 1 - confidence
+        raise QueryError(
+            f"SQL: OPTIONS confidence={seen['confidence']} is too close to "
+            f"{'0' if confidence < Fraction(1, 2) else '1'} for a 64-bit float's 1 - confidence; "
+            "give a confidence in (0, 1) such as 0.95"
+        )
     unit = seen.get("privacy_unit_column")
     return Options(cost, delta, unit, rows_per_unit, confidence)
 
@@ -386,7 +415,7 @@ def parse_select(
     try:
         trees = sqlglot.parse(pre.text, read="bigquery")
     except SqlglotError as err:
-        raise QueryError(f"SQL: {_first(str(err))}") from None
+        raise syntax_error(err, pre) from None
     except RecursionError:  # a shape the token bounds let through
         raise QueryError("SQL: nested too deeply") from None
     if len(trees) != 1 or trees[0] is None:
@@ -469,6 +498,7 @@ def parse_select(
         groups=tuple(groups),
         outputs=tuple(outputs),
         aggregates=tuple(aggregates),
+        leaves=tuple(names.leaves),
     )
     _unique(request)
     # BigQuery's names are case-insensitive; _unique keeps them apart so
@@ -512,10 +542,6 @@ def _old_syntax(node: exp.Expression) -> str | None:
             return f"SQL: {name} is BigQuery's old syntax: write {new}(...) in a SELECT WITH DIFFERENTIAL_PRIVACY"
         return f"SQL: {name} is BigQuery's old syntax and has no counterpart here"
     return None
-
-
-def _first(message: str) -> str:
-    return next((ln.strip() for ln in message.splitlines() if ln.strip()), "syntax error")
 
 
 def _canonical(node: exp.Expression) -> str:

@@ -41,12 +41,29 @@ _DIALECT = BigQuery()
 
 @dataclass(frozen=True)
 class PreParsed:
-    """The text sqlglot reads, the options as written, and whether it was an EXPLAIN."""
+    """The text sqlglot reads, the options as written, and whether it was an EXPLAIN.
+
+    ``text`` keeps every offset of the SQL as written except after each renamed
+    aggregate (``renamed``: where each :data:`PREFIX` was put in), so that a position
+    sqlglot reports can be told in the user's own text (:meth:`original`): the DP
+    clause and ``EXPLAIN`` are blanked, not cut out."""
 
     text: str
     options: tuple[tuple[str, str], ...]
     explain: bool
     has_clause: bool
+    renamed: tuple[int, ...] = ()
+    written: str = ""  # the SQL as written
+
+    def original(self, offset: int) -> int:
+        """The offset in the SQL as written of ``offset`` in :attr:`text`."""
+        shift = 0
+        for at in self.renamed:
+            if offset >= at + len(PREFIX):
+                shift += len(PREFIX)
+            elif offset >= at:
+                return at - shift
+        return offset - shift
 
 
 #: A code point of the surrogate range: in a Python text, half of a pair (a JSON body's
@@ -54,15 +71,97 @@ class PreParsed:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: What an unclosed delimiter opened (sqlglot's tokenizer names only the delimiter).
+_UNCLOSED = {"'": "a string", '"': "a string", "`": "a quoted name", "*/": "a /* comment"}
+
+
 def tokens(text: str) -> list[Token]:
+    """sqlglot's tokens of ``text``; a text it cannot split (an unclosed string, name or
+    comment) is refused in one line of ours, not sqlglot's, which quotes 100 characters
+    of context."""
     try:
         return _DIALECT.tokenize(text)
     except SqlglotError as err:
-        raise QueryError(f"SQL: {_first(str(err))}") from None
+        cause = str(err.__cause__ or err)
+        missing = re.match(r"Missing (\S+) from", cause)
+        if missing is not None and missing.group(1) in _UNCLOSED:
+            raise QueryError(
+                f"SQL: {_UNCLOSED[missing.group(1)]} is not closed (no closing {missing.group(1)})"
+            ) from None
+        raise QueryError("SQL: the text is not SQL sqlglot can read (a malformed token)") from None
 
 
-def _first(message: str) -> str:
-    return next((ln.strip() for ln in message.splitlines() if ln.strip()), "syntax error")
+def position(text: str, offset: int) -> str:
+    """``column C`` (one line) or ``line L, column C`` of ``offset`` (0-based) in text."""
+    before = text[:offset]
+    line = before.count("\n")
+    column = offset - (before.rfind("\n") + 1) + 1
+    return f"line {line + 1}, column {column}" if "\n" in text else f"column {column}"
+
+
+def decode(data: bytes) -> str:
+    """SQL read as bytes (a file, stdin, a command line's argument), as text: strictly
+    UTF-8, the byte-order mark some editors put first taken off. An invalid byte is
+    named as one; Python's own reading of argv and of stdin in a C locale would make it
+    a lone surrogate (U+DCFF), a message about something the user never wrote."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        text = data[: err.start].decode("utf-8")
+        raise QueryError(
+            f"SQL: invalid UTF-8 byte 0x{data[err.start]:02X} at {position(text, len(text))}"
+        ) from None
+
+
+def syntax_error(err: SqlglotError, pre: PreParsed) -> QueryError:
+    """sqlglot's parse error as one line of ours: its position told in the SQL as
+    written (sqlglot reads the renamed text), its description without sqlglot's class
+    names, and, if the text holds a ``--`` comment, that it runs to the line's end
+    (``x > --4000`` reads as ``x >``)."""
+    errors = getattr(err, "errors", None) or [{}]
+    first = errors[0]
+    highlight = str(first.get("highlight") or "")
+    description = str(first.get("description") or "")
+    if description.startswith("Required keyword"):
+        what = ": an operand is missing"
+    elif description.startswith("Expecting "):
+        what = f": expected {description[len('Expecting ') :].strip()!r}"
+    elif description.startswith("Adjacent string literals"):  # 'a''b'
+        what = ": two strings side by side; write a quote inside a string as \\'"
+    elif description.startswith("Invalid expression") or re.search(
+        r"<|sqlglot|Token|[A-Z]{2}", description
+    ):
+        what = ""  # sqlglot's own wording, its classes and tokens: the position says it
+    else:
+        what = f": {description[:1].lower()}{description[1:]}"
+    where = ""
+    line, col = first.get("line"), first.get("col")
+    if isinstance(line, int) and isinstance(col, int) and line >= 1 and col >= 1:
+        lines = pre.text.split("\n")
+        if line <= len(lines):
+            end = sum(len(x) + 1 for x in lines[: line - 1]) + col  # one past the token
+            start = pre.original(max(end - max(len(highlight), 1), 0))
+            where = position(pre.written, start) + ": "
+    at = f" at {highlight!r}" if highlight else " at the end"
+    hint = "; note that -- starts a comment to the end of the line" if _dash_comment(pre) else ""
+    return QueryError(f"SQL: {where}syntax error{at}{what}{hint}")
+
+
+def _dash_comment(pre: PreParsed) -> bool:
+    """Whether the text holds a ``--`` comment (looked for between sqlglot's tokens, so
+    a string or quoted name holding ``--`` is not one)."""
+    try:
+        toks = _DIALECT.tokenize(pre.text)
+    except SqlglotError:
+        return False
+    at = 0
+    for t in toks:
+        if "--" in pre.text[at : t.start]:
+            return True
+        at = t.end + 1
+    return "--" in pre.text[at:]
 
 
 def pre_parse(text: object) -> PreParsed:
@@ -71,10 +170,11 @@ def pre_parse(text: object) -> PreParsed:
         raise QueryError(f"SQL must be text, got {type(text).__name__}")
     if len(text) > MAX_SQL:
         raise QueryError(f"SQL of {len(text)} characters exceeds {MAX_SQL}")
+    written = text
     lone = _SURROGATE.search(text)
     if lone is not None:  # (no Unicode text holds one: it could not be recorded)
         raise QueryError(
-            f"SQL: column {lone.start() + 1}: U+{ord(lone.group()):04X} is half of a "
+            f"SQL: {position(text, lone.start())}: U+{ord(lone.group()):04X} is half of a "
             "surrogate pair, not a character"
         )
     explain = False
@@ -119,7 +219,8 @@ def pre_parse(text: object) -> PreParsed:
                 f"SQL: expected OPTIONS(...) after WITH DIFFERENTIAL_PRIVACY, got {toks[j].text!r}"
             )
         j, options = _options(toks, j + 2)
-        cuts.append((toks[i].start, toks[j].end, ""))
+        clause = text[toks[i].start : toks[j].end + 1]  # blanked: offsets kept
+        cuts.append((toks[i].start, toks[j].end, re.sub(r"[^\n]", " ", clause)))
     for k, t in enumerate(toks[:-1]):
         if (
             t.text.upper() in RENAMED
@@ -127,13 +228,17 @@ def pre_parse(text: object) -> PreParsed:
             and toks[k + 1].token_type == TokenType.L_PAREN
         ):
             cuts.append((t.start, t.end, PREFIX + t.text.upper()))
-    out, at = [], 0
+    out, at, renamed, length = [], 0, [], 0
     for s, e, repl in sorted(cuts):
         out.append(text[at:s])
+        length += s - at
+        if repl.startswith(PREFIX):
+            renamed.append(length)
         out.append(repl)
+        length += len(repl)
         at = e + 1
     out.append(text[at:])
-    return PreParsed("".join(out), tuple(options), explain, has_clause)
+    return PreParsed("".join(out), tuple(options), explain, has_clause, tuple(renamed), written)
 
 
 def _bounded(toks: list[Token]) -> None:
@@ -178,6 +283,8 @@ def _options(toks: list[Token], j: int) -> tuple[int, list[tuple[str, str]]]:
         k = j + 3
         if v.token_type == TokenType.DASH and k < len(toks):  # a negative number
             value, k = "-" + toks[k].text, k + 1
+        elif v.token_type == TokenType.PLUS and k < len(toks):  # +0.01: the number itself
+            value, k = toks[k].text, k + 1
         out.append((name, value))
         if k >= len(toks):
             raise QueryError("SQL: OPTIONS( is not closed")

@@ -8,13 +8,17 @@ Part of :func:`dpcurator.sql.select.parse_select`; nothing here reads data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from typing import TypeVar
 
 from sqlglot import exp
 
 from dpcurator.errors import QueryError
 from dpcurator.queries.joins import JoinedSchema
+from dpcurator.queries.parser import parse_query
 from dpcurator.queries.parts import PARTS
 from dpcurator.queries.predicates import render_name
 from dpcurator.queries.schema import Schema
@@ -28,6 +32,7 @@ _PART_CLASSES: dict[type, str] = {
     exp.Hour: "hour",
 }
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+T = TypeVar("T")
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
@@ -38,6 +43,10 @@ class Names:
         self.schema = schema
         self.tables = tables  # alias or name -> table
         self.join = join
+        #: each comparison read, as (its query-language text, its SQL as written): the
+        #: query language reports positions in the text re-written from SQL, which the
+        #: user never saw; :func:`locate` names the comparison instead
+        self.leaves: list[tuple[str, str]] = []
 
     def column(self, node: exp.Column) -> str:
         name = node.name
@@ -47,16 +56,29 @@ class Names:
             table = self.tables.get(qualifier)
             if table is None:
                 raise QueryError(f"SQL: {qualifier}.{name}: no table {qualifier!r} in FROM")
+        got = self._resolve(table, name)
+        if got is None:  # the same name in another Unicode normal form (NFD: e + U+0300)
+            written = [a for a in self._written() if _nfc(a) == _nfc(name)]
+            if len(set(written)) == 1:
+                got = self._resolve(table, written[0])
+        if got is not None:
+            return got
+        odd = f" (written {name!a}: not in Unicode NFC)" if _nfc(name) != name else ""
+        raise QueryError(f"SQL: unknown column {shown(node)}{odd}")
+
+    def _resolve(self, table: str | None, name: str) -> str | None:
         if self.join is not None:
-            got = self.join.resolve(table, name)
-            if got is not None:
-                return got
-        elif name in self.schema:
+            return self.join.resolve(table, name)
+        if name in self.schema:
             return name
         folded = self.schema.named_like(name)
-        if len(folded) == 1 and self.join is None:
-            return folded[0]
-        raise QueryError(f"SQL: unknown column {shown(node)}")
+        return folded[0] if len(folded) == 1 else None
+
+    def _written(self) -> list[str]:
+        """The columns' names as the tables write them (a joined one unqualified)."""
+        if self.join is not None:
+            return [a for _, a in self.join.sources]
+        return list(self.schema.names)
 
     def term(self, node: exp.Expression) -> str:
         """A column, or a part of a time column, as the query language writes it."""
@@ -79,6 +101,12 @@ class Names:
                 "the column of that name"
             )
         raise QueryError(f"SQL: {shown(node)} is not a column or a part of a time")
+
+
+def _nfc(name: str) -> str:
+    """A name compared as Unicode's composed form: ``espe\u0300ce`` (as macOS file
+    names and some editors write it) and ``esp\u00e8ce`` look alike and are one name."""
+    return unicodedata.normalize("NFC", name)
 
 
 def shown(node: exp.Expression) -> str:
@@ -127,19 +155,34 @@ def _literal(node: exp.Expression) -> str:
     """A value as the query language writes it."""
     if isinstance(node, exp.Paren):
         return _literal(node.this)
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return "'" + node.this.replace("'", "''") + "'"
-        return node.this
+    if isinstance(node, exp.Literal | exp.RawString) and not isinstance(node, exp.ByteString):
+        if isinstance(node, exp.RawString) or node.is_string:  # r'...': its text as is
+            return "'" + str(node.this).replace("'", "''") + "'"
+        return str(node.this)
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
         return "-" + node.this.this
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        if node.to.is_type(*exp.DataType.NUMERIC_TYPES):
+            return _typed_number(node)  # NUMERIC '4000', CAST('4000' AS INT64)
         return _literal(node.this)  # DATE '2013-06-01', TIMESTAMP '...'
     if isinstance(node, exp.Boolean):
         return "TRUE" if node.this else "FALSE"
     if isinstance(node, exp.Null):
         raise QueryError("SQL: a comparison with NULL is never true: write IS NULL or IS NOT NULL")
     raise QueryError(f"SQL: {shown(node)} is not a value (a number, 'text', DATE '...')")
+
+
+def _typed_number(node: exp.Cast) -> str:
+    """A number written as text of a number type (``NUMERIC '4000'``, ``CAST('4000' AS
+    INT64)``) as the number itself: exact, as every number here is (an integer type
+    takes only a whole number, as BigQuery's cast refuses ``'4000.5'``)."""
+    text = str(node.this.this).strip()
+    x = parse_number(text)
+    if x is None:
+        raise QueryError(f"SQL: {shown(node)}: {text!r} is not a number")
+    if node.to.is_type(*exp.DataType.INTEGER_TYPES) and x.denominator != 1:
+        raise QueryError(f"SQL: {shown(node)}: {text!r} is not a whole number")
+    return text
 
 
 def number(node: exp.Expression, what: str) -> Fraction:
@@ -201,12 +244,13 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
             term = names.term(left)
             value = _literal(right)
             negated = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}[op]
-            return _leaf(names, left, f"{term} {op} {value}", f"{term} {negated} {value}")
+            return _leaf(names, node, left, f"{term} {op} {value}", f"{term} {negated} {value}")
     if isinstance(node, exp.Between):
         term = names.term(node.this)
         low, high = _literal(node.args["low"]), _literal(node.args["high"])
         return _leaf(
             names,
+            node,
             node.this,
             f"{term} BETWEEN {low} AND {high}",
             f"{term} NOT BETWEEN {low} AND {high}",
@@ -214,17 +258,18 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
     if isinstance(node, exp.In):
         term = names.term(node.this)
         values = ", ".join(_literal(v) for v in in_list(node))
-        return _leaf(names, node.this, f"{term} IN ({values})", f"{term} NOT IN ({values})")
+        return _leaf(names, node, node.this, f"{term} IN ({values})", f"{term} NOT IN ({values})")
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
             raise QueryError(f"SQL: {shown(node)}: only IS NULL and IS NOT NULL are supported")
         term = names.term(node.this)
+        names.leaves.append((f"{term} IS NULL", shown(node)))
         return f"{term} IS NULL", f"{term} IS NOT NULL"  # never unknown
     if isinstance(node, exp.Boolean):
         return ("TRUE", "FALSE") if node.this else ("FALSE", "TRUE")
     if isinstance(node, exp.Column):  # a boolean column alone
         term = names.term(node)
-        return _leaf(names, node, f"{term} = TRUE", f"{term} = FALSE")
+        return _leaf(names, node, node, f"{term} = TRUE", f"{term} = FALSE")
     if isinstance(node, exp.Like | exp.ILike):
         raise QueryError("SQL: LIKE is not supported: a predicate compares one column with values")
     if isinstance(node, exp.Subquery | exp.Select | exp.Exists):
@@ -279,9 +324,12 @@ def _chain(node: exp.Expression, op: type) -> list[exp.Expression]:
     return out
 
 
-def _leaf(names: Names, term: exp.Expression, true: str, false: str) -> tuple[str, str]:
+def _leaf(
+    names: Names, node: exp.Expression, term: exp.Expression, true: str, false: str
+) -> tuple[str, str]:
     """A comparison's TRUE and FALSE rows: where its column may be missing, the FALSE
     rows are those with a value (the missing ones are UNKNOWN)."""
+    names.leaves.append((true, shown(node)))
     column = term if isinstance(term, exp.Column) else next(term.find_all(exp.Column), None)
     if column is not None:
         attr = names.schema.attribute(names.column(column))
@@ -289,3 +337,27 @@ def _leaf(names: Names, term: exp.Expression, true: str, false: str) -> tuple[st
             name = render_name(attr.name)
             return f"({true} AND {name} IS NOT NULL)", f"({false} AND {name} IS NOT NULL)"
     return true, false
+
+
+#: The position the query language puts first in a message: "column 33: ...".
+_POSITION = re.compile(r"^column \d+: ")
+
+
+def located(read: Callable[[], T], leaves: Sequence[tuple[str, str]], schema: Schema) -> T:
+    """``read()`` (the query language reading a WHERE or a share's condition re-written
+    from SQL), its refusal told in the SQL as written: a position in the re-written
+    text would point at a column the user never wrote, so the comparison at fault is
+    named instead (found by reading each comparison alone; if none fails alone, the
+    message goes without a position)."""
+    try:
+        return read()
+    except QueryError as err:
+        message = str(err)
+        if not _POSITION.match(message):
+            raise
+        for text, sql in leaves:
+            try:
+                parse_query(text, schema)
+            except QueryError as alone:
+                raise QueryError(f"SQL: {sql}: {_POSITION.sub('', str(alone))}") from None
+        raise QueryError(f"SQL: {_POSITION.sub('', message)}") from None
