@@ -327,8 +327,9 @@ class SolverProcesses:
         the interpreter lock every other request needs for up to the solver's time
         limit, and the next worker is a few tenths of a second away. Under
         benchmarks/stall.py's flood many checks overrun their deadline and their workers
-        drain: a profile of the server (py-spy, 15 s, samples of the thread holding the
-        lock) found such searches in the requests' threads in 301 of the 821 samples."""
+        drain: a profile of the server (py-spy, 15 s at 200 Hz, samples of the thread
+        holding the lock) found such searches in the requests' threads in 301 of the 821
+        samples; with waiting, in none, and the lock was held in 231 samples in all."""
         with self._cond:
             while True:
                 if self._closed.is_set():
