@@ -139,7 +139,7 @@ class SelectRequest:
     limit: int | None = None
     #: the comparisons of WHERE and of the shares' conditions: (query-language text, SQL
     #: as written), for :meth:`located` to name the one the query language refuses
-    leaves: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    leaves: tuple[tuple[str, exp.Expression], ...] = field(default=(), compare=False)
 
     def located(self, read: Callable[[], Any], schema: Schema) -> Any:
         """``read()`` of the WHERE or a share's condition, a refusal naming the

@@ -46,7 +46,8 @@ class Names:
         #: each comparison read, as (its query-language text, its SQL as written): the
         #: query language reports positions in the text re-written from SQL, which the
         #: user never saw; :func:`locate` names the comparison instead
-        self.leaves: list[tuple[str, str]] = []
+        #: each comparison's query-language text and its node, shown only in a refusal
+        self.leaves: list[tuple[str, exp.Expression]] = []
 
     def column(self, node: exp.Column) -> str:
         name = node.name
@@ -263,7 +264,7 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
         if not isinstance(node.expression, exp.Null):
             raise QueryError(f"SQL: {shown(node)}: only IS NULL and IS NOT NULL are supported")
         term = names.term(node.this)
-        names.leaves.append((f"{term} IS NULL", shown(node)))
+        names.leaves.append((f"{term} IS NULL", node))
         return f"{term} IS NULL", f"{term} IS NOT NULL"  # never unknown
     if isinstance(node, exp.Boolean):
         return ("TRUE", "FALSE") if node.this else ("FALSE", "TRUE")
@@ -329,7 +330,7 @@ def _leaf(
 ) -> tuple[str, str]:
     """A comparison's TRUE and FALSE rows: where its column may be missing, the FALSE
     rows are those with a value (the missing ones are UNKNOWN)."""
-    names.leaves.append((true, shown(node)))
+    names.leaves.append((true, node))
     column = term if isinstance(term, exp.Column) else next(term.find_all(exp.Column), None)
     if column is not None:
         attr = names.schema.attribute(names.column(column))
@@ -343,7 +344,9 @@ def _leaf(
 _POSITION = re.compile(r"^column \d+: ")
 
 
-def located(read: Callable[[], T], leaves: Sequence[tuple[str, str]], schema: Schema) -> T:
+def located(
+    read: Callable[[], T], leaves: Sequence[tuple[str, exp.Expression]], schema: Schema
+) -> T:
     """``read()`` (the query language reading a WHERE or a share's condition re-written
     from SQL), its refusal told in the SQL as written: a position in the re-written
     text would point at a column the user never wrote, so the comparison at fault is
@@ -355,9 +358,9 @@ def located(read: Callable[[], T], leaves: Sequence[tuple[str, str]], schema: Sc
         message = str(err)
         if not _POSITION.match(message):
             raise
-        for text, sql in leaves:
+        for text, node in leaves:
             try:
                 parse_query(text, schema)
             except QueryError as alone:
-                raise QueryError(f"SQL: {sql}: {_POSITION.sub('', str(alone))}") from None
+                raise QueryError(f"SQL: {shown(node)}: {_POSITION.sub('', str(alone))}") from None
         raise QueryError(f"SQL: {_POSITION.sub('', message)}") from None
