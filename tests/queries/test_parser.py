@@ -97,6 +97,9 @@ def test_conjunction_intersects_and_or_within_attribute() -> None:
         ("age = 30 AND", "column 13: syntax error: expected a column name, a value, NOT or '('"),
         ("sex = 'Male", "column 7: unterminated string"),
         ("age = 3$", "column 8: syntax error at '$'"),
+        # a bare name is ASCII: one with other letters is told how to write it
+        ("Ünï > 1", 'column 1: a name with letters beyond A-Z is written in double quotes: "Ünï"'),
+        ("age = 3 AND ñame-x = 2", 'column 13: a name with letters beyond A-Z is written in double quotes: "ñame-x"'),
         ("age IN (20 21)", "column 12: syntax error: expected ',' or ')'"),
         ("age NOT = 3", "expected IN or BETWEEN after NOT"),
         ("", "column 1: syntax error: expected a predicate"),

@@ -113,6 +113,13 @@ def _tokenize(text: str, offset: int) -> list[_Tok]:
                 raise QueryError(f"column {col}: unterminated string")
             if tok == '"':
                 raise QueryError(f"column {col}: unterminated quoted name")
+            if tok.isalpha():  # a letter beyond A-Z: bare names are ASCII
+                rest = re.match(r"[\w.\-]*", text[m.end() :])
+                name = tok + (rest.group() if rest else "")
+                raise QueryError(
+                    f"column {col}: a name with letters beyond A-Z is written in double "
+                    f'quotes: "{name}"'
+                )
             raise QueryError(f"column {col}: syntax error at {tok!r}")
         else:
             append(_Tok(kind, tok, tok, col))
