@@ -345,3 +345,42 @@ def test_conditions_at_the_limits_are_read():
     for where in (chain, nested, "NOT (" * 15 + "age > 3" + ")" * 15):
         req = parse(f"{DP} COUNT(*) FROM adult WHERE {where}")
         parse_query(req.where, SCHEMA)  # the query language reads it too
+
+
+def test_answers_as_dataframes_and_arrow_are_typed_by_their_values():
+    """Counts int64; a column of numbers with a fraction or a null (a mean, a percentile
+    and its interval's ends, which may be null) float64, a null as NaN (Arrow: null); a
+    boolean group with a null pandas' nullable boolean; text as given."""
+    import math
+
+    from dpcurator.sql.result import SqlResult
+
+    r = SqlResult(
+        query="q",
+        columns=("g", "b", "n", "m", "p", "p_low", "big"),
+        rows=(
+            ("a", True, 3, 1.5, 50, None, 2**70),
+            ("b", None, -2, None, 49.6, None, 1),
+        ),
+        cost=1.0,
+        currency="epsilon",
+        remaining=0.0,
+    )
+    df = r.to_pandas()
+    assert [str(t) for t in df.dtypes[["n", "m", "p", "p_low"]]] == ["int64"] + ["float64"] * 3
+    assert str(df.dtypes["b"]) == "boolean" and df["b"].isna().tolist() == [False, True]
+    assert df["p"].tolist() == [50.0, 49.6] and math.isnan(df["m"][1])
+    assert df["big"].tolist() == [2**70, 1]  # beyond int64: left to pandas, exact
+    assert df["g"].tolist() == ["a", "b"]
+    t = r.to_arrow()
+    assert [str(t.schema.field(c).type) for c in ("g", "b", "n", "m", "p", "p_low")] == [
+        "string",
+        "bool",
+        "int64",
+        "double",
+        "double",
+        "double",
+    ]
+    assert t.column("m").to_pylist() == [1.5, None] and t.column("p_low").null_count == 2
+    assert str(t.schema.field("big").type) == "decimal128(38, 0)"
+    assert [int(v) for v in t.column("big").to_pylist()] == [2**70, 1]
