@@ -206,6 +206,10 @@ def test_the_positions_are_those_of_the_text_as_written(curator):
             "SQL: OPTIONS epsilon=1e-5000 is too small: it underflows to 0 as a 64-bit float "
             "(such an answer would be pure noise); spend more epsilon",
         ),
+        # (was an OverflowError: a traceback on the command line, HTTP 500 from serve)
+        ("epsilon=1e400", "SQL: OPTIONS epsilon=1e400 is too large: beyond a 64-bit float"),
+        ("rho=2e308", "SQL: OPTIONS rho=2e308 is too large: beyond a 64-bit float"),
+        ("mu=1" + "0" * 400, "SQL: OPTIONS mu=1" + "0" * 400 + " is too large: beyond a 64-bit float"),
     ],
 )
 def test_values_floats_cannot_hold_are_named(curator, options, message):

@@ -24,6 +24,7 @@ here reads data or charges anything.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -156,6 +157,10 @@ class SelectRequest:
 
 
 # --- the SELECT list ------------------------------------------------------------------
+
+
+#: The largest cost a 64-bit float holds (the noise is computed in floats).
+_LARGEST_FLOAT = Fraction(sys.float_info.max)
 
 
 def _bounds(args: Sequence[exp.Expression], what: str) -> tuple[Fraction, Fraction] | None:
@@ -365,6 +370,10 @@ def _options(pairs: Sequence[tuple[str, str]]) -> Options:
     cost = (costs[0][0], num(costs[0][0]))
     if cost[1] <= 0:
         raise QueryError(f"SQL: OPTIONS {cost[0]} must be positive")
+    if cost[1] > _LARGEST_FLOAT:  # the noise is computed in floats: it would overflow
+        raise QueryError(
+            f"SQL: OPTIONS {cost[0]}={seen[cost[0]]} is too large: beyond a 64-bit float"
+        )
     if float(cost[1]) == 0:  # the noise is computed in floats: it would read 0
         raise QueryError(
             f"SQL: OPTIONS {cost[0]}={seen[cost[0]]} is too small: it underflows to 0 as a "
