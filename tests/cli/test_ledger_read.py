@@ -216,3 +216,33 @@ def test_two_tables_compose_sequentially(tmp_path, capsys) -> None:
     code, _, err = run(capsys, "show", path, "--query", "age < 30")
     assert code == 2
     assert err.count("\n") == 1 and "--table" in err and "table=" not in err, err
+
+
+def test_show_reads_a_ledger_with_a_charge_on_a_join(tmp_path, capsys) -> None:
+    """A SELECT on ``a JOIN b`` (the privacy unit's join) is charged on the joined
+    domain: the ledger's readers rebuild that schema from the two tables' (a KeyError
+    and a traceback before), list the join as a table of its own, and the worst point
+    has the charge."""
+    (tmp_path / "a.csv").write_text("uid,x\n1,0\n1,1\n2,1\n")
+    (tmp_path / "b.csv").write_text("uid,y\n1,5\n2,6\n")
+    for name, col, top in (("a", "x", 1), ("b", "y", 9)):
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"attributes": [{"name": col, "type": "integer", "min": 0, "max": top}]})
+        )
+    path = tmp_path / "j.db"
+    with Curator.open(
+        tables={n: (tmp_path / f"{n}.csv", tmp_path / f"{n}.json") for n in "ab"},
+        budget=PureDP(10), ledger=path, privacy_unit=("uid", 2),
+    ) as cur:  # fmt: skip
+        cur.sql(
+            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=3) COUNT(*) AS n FROM a JOIN b USING (uid) WHERE y > 5"
+        )
+    code, out, err = run(capsys, "show", path, "--json")
+    assert code == 0 and err == ""
+    shown = json.loads(out)
+    assert shown["tables"]["a JOIN b"] == {
+        "charges": 1, "spent": 3.0, "spent_exact": "3", "exact": True
+    }  # fmt: skip
+    assert shown["tables"]["a"]["charges"] == 0 and shown["spent_exact"] == "3"
+    code, out, _ = run(capsys, "show", path)
+    assert code == 0 and "a JOIN b" in out

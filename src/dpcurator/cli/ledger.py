@@ -245,7 +245,9 @@ def _show(args: argparse.Namespace) -> int:
         cur = overall.currency
         tables: dict[str, dict[str, Any]] = {}
         fork = filt.fork()
-        for t in sorted(ident.get("tables", {})):  # type: ignore[union-attr]
+        # the tables, and the joins on the unit that were charged (a table of their own)
+        charged = {r.table for r in rows}
+        for t in sorted(set(ident.get("tables", {})) | charged):  # type: ignore[arg-type]
             worst = fork.worst(t)
             tables[t] = {
                 "charges": sum(1 for r in rows if r.table == t),

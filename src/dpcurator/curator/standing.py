@@ -15,9 +15,10 @@ from dpcurator.curator import requests
 from dpcurator.curator.admission import query_of
 from dpcurator.curator.ledger import Ledger
 from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, OverlapFilter
-from dpcurator.errors import InvalidParameter
+from dpcurator.errors import InvalidParameter, LedgerError
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery
+from dpcurator.queries.joins import joined_schema
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,22 @@ def ledger_schemas(ledger: Ledger) -> dict[str, Schema]:
     return {name: Schema.from_dict(d) for name, d in tables.items()}
 
 
+def charged_schema(ledger: Ledger, schemas: Mapping[str, Schema], table: str) -> Schema:
+    """The schema a charge on ``table`` was made on: a table's, or for a join on the
+    privacy unit (``a JOIN b``, charged per point of the joined domain) the joined
+    schema, made from both tables' as the curator makes it."""
+    schema = schemas.get(table)
+    if schema is not None:
+        return schema
+    left, sep, right = table.partition(" JOIN ")
+    unit = ledger.identity.get("privacy_unit")
+    if sep and unit and left in schemas and right in schemas:
+        joined = joined_schema(left, schemas[left], right, schemas[right], str(unit[0]))
+        if joined.name == table:
+            return joined.schema
+    raise LedgerError(f"ledger {ledger.path}: a charge names a table it does not know: {table!r}")
+
+
 def filter_from_ledger(
     ledger: Ledger, schemas: Mapping[str, Schema] | None = None
 ) -> OverlapFilter:
@@ -61,8 +78,12 @@ def filter_from_ledger(
     ident = ledger.identity
     schemas = ledger_schemas(ledger) if schemas is None else schemas
     filt = OverlapFilter(Fraction(str(ident["amount"])), str(ident["currency"]))
+    joined: dict[str, Schema] = {}
     for row in ledger.charges_after(0):
-        q = query_of(schemas[row.table], row.coverage, row.request)
+        schema = schemas.get(row.table) or joined.get(row.table)
+        if schema is None:
+            schema = joined[row.table] = charged_schema(ledger, schemas, row.table)
+        q = query_of(schema, row.coverage, row.request)
         filt.add(Charge(row.id, row.table, row.analyst, q, row.cost, row.level))
     return filt
 
