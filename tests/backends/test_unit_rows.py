@@ -240,7 +240,10 @@ def test_missing_ids_are_refused_or_dropped(tmp_path):
     text = "uid,age,sex\na,1,F\n ,2,F\nNA,3,M\nb,4,M\n,5,F\n?,6,M\n"
     path = tmp_path / "d.csv"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(DataError, match=r"'uid': 4 rows have a missing id \(first: row 2\); on_invalid='drop' leaves them out$"):
+    with pytest.raises(
+        DataError,
+        match=r"'uid': 4 rows have a missing id \(first: row 2\); on_invalid='drop' leaves them out$",
+    ):
         load(path, 1)
     with load(path, 1, on_invalid="drop") as b:
         assert kept(b) == [(1, 0), (4, 1)]
@@ -438,6 +441,60 @@ def test_spark_reads_ids_and_numbers_copies_as_duckdb(spark, tmp_path, scheme):
     assert duck.report.unit.units == (9 if scheme == 2 else len(forms))
     everything = parse_query("age >= 0", SCHEMA)
     assert duck.distinct_units(everything) == spk.distinct_units(everything)
+    duck.close()
+    spk.close()
+
+
+def typed_ids(tmp_path, values, arrow_type) -> tuple[pd.DataFrame, object]:
+    """A Parquet file whose ``uid`` column has ``arrow_type``, units of several rows;
+    the frame of its rows with each id as the reference reads it (its exact value)."""
+    rng = np.random.default_rng(14)
+    uid = [values[i % len(values)] for i in range(600)]
+    df = pd.DataFrame(
+        {"uid": uid, "age": rng.integers(0, 3, 600), "sex": rng.choice(["F", "M"], 600)}
+    )
+    table = pa.table({"uid": pa.array(uid, type=arrow_type), "age": df["age"], "sex": df["sex"]})
+    path = tmp_path / "ids.parquet"
+    pq.write_table(table, path)
+    return df, path
+
+
+def test_a_32_bit_float_id_is_the_integer_it_holds(tmp_path):
+    """123456792 as a 32-bit float is the unit 123456792 (DuckDB writes that float as
+    1.2345679e+08, which reads back as 123456790: another unit than the same id in a CSV
+    file or an int64 column, and than Spark's)."""
+    df, path = typed_ids(tmp_path, [123456792.0, 7.0, 16777216.0], pa.float32())
+    with load(path, 2) as b:
+        assert kept(b) == choose_rows(codes(df.assign(uid=[str(int(v)) for v in df.uid])), 2, KEY)
+        ids = {
+            r[0]
+            for r in b.connection.execute(f'SELECT DISTINCT __unit FROM "{b.table}"').fetchall()
+        }
+    assert ids == {"123456792", "7", "16777216"}
+
+
+@spark_test
+@pytest.mark.parametrize(
+    ("values", "arrow_type"),
+    [
+        ([123456792.0, 7.0, 0.5, 16777216.0], pa.float32()),
+        (["7\u2028", "8", "7\u0085", "9\u2029", " 7 ", "1e400"], pa.string()),
+    ],
+    ids=["float32", "line-terminators"],
+)
+def test_spark_reads_typed_ids_as_duckdb(spark, tmp_path, values, arrow_type):
+    """Ids whose text the engines could read apart: 32-bit floats (DuckDB writes them
+    shortest, Spark as doubles), and strings ending in a line terminator Java's ``$``
+    matches before (Spark refused the file)."""
+    _, path = typed_ids(tmp_path, values, arrow_type)
+    duck, spk, refusal = load_twins(spark, path, 2)
+    assert refusal is None
+    assert kept(duck) == spark_kept(spk)
+    units = {
+        r[0]
+        for r in duck.connection.execute(f'SELECT DISTINCT __unit FROM "{duck.table}"').fetchall()
+    }
+    assert units == {r[0] for r in spk.dataframe.select("__unit").distinct().collect()}
     duck.close()
     spk.close()
 

@@ -534,9 +534,14 @@ class Loader:
                 params.extend((WHITESPACE, list(self.missing), WHITESPACE))
             else:
                 inner.append(f"r.{id_col} AS __id")
-            # scheme 2: every id as its canonical text (a unit is the rows of one text)
+            # scheme 2: every id as its canonical text (a unit is the rows of one text); a
+            # 32-bit float as the double it is (DuckDB writes 123456792f as 1.2345679e+08,
+            # which reads back as another integer; Spark writes the double)
+            typed = "CAST(__id AS DOUBLE)" if id_type in _FLOAT_TYPES else "__id"
             outer.append(
-                "__id" if self.unit_rows == 1 else f"{_canonical_id('CAST(__id AS VARCHAR)')} AS __id"
+                "__id"
+                if self.unit_rows == 1
+                else f"{_canonical_id(f'CAST({typed} AS VARCHAR)')} AS __id"
             )
         sql = (
             f"CREATE TEMP TABLE {ident(self.stage)} AS SELECT {', '.join(outer)} FROM ("

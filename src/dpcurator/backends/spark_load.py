@@ -581,7 +581,7 @@ class Loader:
                 trimmed = F.btrim(ident, F.lit(WHITESPACE))
                 ident = F.when(~trimmed.isin(list(opts.missing)), trimmed)
             if opts.unit_rows != 1:  # every id as its canonical text (see unit_rows)
-                ident = canonical_id_column(ident.cast("string"))
+                ident = canonical_id_column(ident, types[id_col])
             select.append(ident.alias("__id"))
         stage = src.select(*select)
 

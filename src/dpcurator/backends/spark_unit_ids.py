@@ -12,12 +12,15 @@ from pyspark.sql import types as T
 from dpcurator.backends.unit_rows import FLOAT_INTEGERS, NUMBER
 
 
-def canonical_id_column(text: Column) -> Column:
-    """:func:`~dpcurator.backends.unit_rows.canonical_id` of the text column ``text``
-    (scheme 2), as DuckDB's ``_canonical_id`` computes it."""
+def canonical_id_column(ident: Column, dtype: T.DataType) -> Column:
+    """:func:`~dpcurator.backends.unit_rows.canonical_id` of the id column ``ident`` of
+    type ``dtype`` written as text (scheme 2), as DuckDB's ``_canonical_id`` computes it:
+    a 32-bit float as the double it is, as DuckDB casts it."""
+    text = (ident.cast("double") if isinstance(dtype, T.FloatType) else ident).cast("string")
     # cast only what reads as a number: under ANSI mode (Spark 4's default) a cast of any
-    # other text is an error, and pyspark 3.5 has no try_cast
-    d = F.when(text.rlike(f"^(?:{NUMBER})$"), text.cast("double"))
+    # other text is an error, and pyspark 3.5 has no try_cast. \z, not $: Java's $ also
+    # matches before a final line terminator (U+0085, U+2028, ...), which the cast refuses
+    d = F.when(text.rlike(f"^(?:{NUMBER})\\z"), text.cast("double"))
     number = ~F.isnan(d) & (F.abs(d) < F.lit(FLOAT_INTEGERS)) & (F.rint(d) == d)
     return F.when(number, d.cast("bigint").cast("string")).otherwise(text)
 

@@ -23,9 +23,9 @@ Why this is the right choice:
   each unit keeps a uniformly random ``k``-subset of its rows, whatever the file order,
   and neither a data owner nor the order of the file can steer which rows are kept.
 - **Stability.** The choice depends on the rows' content and the key only: a restart, a
-  second process, a replica, a shuffled or re-sorted copy of the file, another format
-  of it and the other backend keep exactly the same rows for the same key (kept in the
-  ledger, with the scheme, below).
+  second process, a replica, a shuffled or re-sorted copy of the file keep exactly the
+  same rows for the same key (kept in the ledger, with the scheme, below); so do another
+  format of it and the other backend, for every id the two engines write alike (below).
 
 The unit id (:func:`canonical_id`). An id is the id column's value written as text,
 stripped of surrounding whitespace; one that reads as a decimal number (``7``, ``7.0``,
@@ -35,9 +35,11 @@ integers, floats such as pandas' integers with a missing value, decimals, string
 same ids group the same rows into the same units and keep the same rows. Merging texts
 that name one number is safe: it can only join rows into one unit (which then keeps at
 most ``k`` of them), never split one unit's rows. Other values are written as the engine
-writes them (DuckDB and Spark agree for booleans, dates and the integer-valued numbers
-above; they may write other floats and timestamps differently, and then keep different,
-equally random, rows).
+writes them (DuckDB and Spark agree for text, booleans, dates, decimals and the
+integer-valued numbers above, a 32-bit float read as the double it is; they may write
+other floats, NaN and timestamps differently, and then keep different, equally random,
+rows: a table whose ids are such values should stay on one backend for its ledger's
+life).
 
 The text is unambiguous: codes and the copy number are decimal integers without ``|``,
 and there is a fixed number of them, so everything after the last one's ``|`` is the unit
