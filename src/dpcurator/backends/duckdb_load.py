@@ -536,8 +536,12 @@ class Loader:
                 inner.append(f"r.{id_col} AS __id")
             # scheme 2: every id as its canonical text (a unit is the rows of one text); a
             # 32-bit float as the double it is (DuckDB writes 123456792f as 1.2345679e+08,
-            # which reads back as another integer; Spark writes the double)
-            typed = "CAST(__id AS DOUBLE)" if id_type in _FLOAT_TYPES else "__id"
+            # which reads back as another integer; Spark writes the double); NaN, no id
+            typed = (
+                "CASE WHEN isnan(__id) THEN NULL ELSE CAST(__id AS DOUBLE) END"
+                if id_type in _FLOAT_TYPES
+                else "__id"
+            )
             outer.append(
                 "__id"
                 if self.unit_rows == 1

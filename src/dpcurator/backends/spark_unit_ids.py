@@ -15,8 +15,10 @@ from dpcurator.backends.unit_rows import FLOAT_INTEGERS, NUMBER
 def canonical_id_column(ident: Column, dtype: T.DataType) -> Column:
     """:func:`~dpcurator.backends.unit_rows.canonical_id` of the id column ``ident`` of
     type ``dtype`` written as text (scheme 2), as DuckDB's ``_canonical_id`` computes it:
-    a 32-bit float as the double it is, as DuckDB casts it."""
-    text = (ident.cast("double") if isinstance(dtype, T.FloatType) else ident).cast("string")
+    a 32-bit float as the double it is, as DuckDB casts it; a NaN id missing."""
+    if isinstance(dtype, T.FloatType | T.DoubleType):  # NaN is no id (DuckDB: the same)
+        ident = F.when(~F.isnan(ident), ident.cast("double"))
+    text = ident.cast("string")
     # cast only what reads as a number: under ANSI mode (Spark 4's default) a cast of any
     # other text is an error, and pyspark 3.5 has no try_cast. \z, not $: Java's $ also
     # matches before a final line terminator (U+0085, U+2028, ...), which the cast refuses
