@@ -121,6 +121,7 @@ def test_a_shares_condition_refusal_quotes_the_comparison(curator):
 
 def test_count_1_and_bigquerys_literals_are_read_exactly(curator):
     assert counts(curator, f"{DP} COUNT(1) AS n FROM p") == [6]
+    assert counts(curator, f"{DP} COUNT(-1) AS n FROM p") == [6]  # any number is never NULL
     assert counts(curator, f"{DP} COUNT(1) AS n, COUNT(*) AS m FROM p WHERE year = 2007") == [2]
     assert counts(curator, f"{DP} COUNT(*) AS n FROM p WHERE species = r'Adelie'") == [3]
     assert counts(curator, f"{DP} COUNT(*) AS n FROM p WHERE body_mass_g > NUMERIC '4000'") == [3]
@@ -130,7 +131,7 @@ def test_count_1_and_bigquerys_literals_are_read_exactly(curator):
     assert counts(curator, f"{DP} COUNT(*) AS n FROM p WHERE bill_length_mm < BIGNUMERIC '40'") == [
         2
     ]
-    assert len(curator.ledger.charges_after(0)) == 6
+    assert len(curator.ledger.charges_after(0)) == 7
 
 
 @pytest.mark.parametrize(

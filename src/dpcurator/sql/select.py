@@ -225,8 +225,9 @@ def _aggregate(
     if isinstance(node, exp.Count):
         _count_arguments(node)
         inner = node.this
+        number = inner.this if isinstance(inner, exp.Neg) else inner  # COUNT(-1) too
         if isinstance(inner, exp.Star) or (
-            isinstance(inner, exp.Literal) and parse_number(str(inner.this)) is not None
+            isinstance(number, exp.Literal) and parse_number(str(number.this)) is not None
         ):  # COUNT(1): 1 is never NULL, so every row is counted, as by COUNT(*)
             return Aggregate(name, "COUNT(*)", ask("count"))
         if isinstance(inner, exp.Distinct):
