@@ -213,6 +213,14 @@ REFUSED = [
         "SQL: ANON_COUNT is BigQuery's old syntax: write COUNT(...) in a SELECT WITH "
         "DIFFERENTIAL_PRIVACY",
     ),
+    (
+        f"{DP} COUNT(*) AS n FROM p LIMIT 0",
+        "SQL: LIMIT 0 answers no row; nothing is charged for it",
+    ),
+    (
+        f"{DP} COUNT(*) AS n FROM p WHERE `select` IS NOT TRUE",
+        "SQL: NOT `select` IS TRUE: only IS NULL and IS NOT NULL are supported",
+    ),
 ]
 
 

@@ -225,9 +225,9 @@ def _aggregate(
     if isinstance(node, exp.Count):
         _count_arguments(node)
         inner = node.this
-        number = inner.this if isinstance(inner, exp.Neg) else inner  # COUNT(-1) too
+        literal = inner.this if isinstance(inner, exp.Neg) else inner  # COUNT(-1) too
         if isinstance(inner, exp.Star) or (
-            isinstance(number, exp.Literal) and parse_number(str(number.this)) is not None
+            isinstance(literal, exp.Literal) and parse_number(str(literal.this)) is not None
         ):  # COUNT(1): 1 is never NULL, so every row is counted, as by COUNT(*)
             return Aggregate(name, "COUNT(*)", ask("count"))
         if isinstance(inner, exp.Distinct):
@@ -679,6 +679,8 @@ def _limit(tree: exp.Select) -> int | None:
     n = int(node.this)
     if n > MAX_LIMIT:
         raise QueryError(f"SQL: LIMIT {n} is over {MAX_LIMIT}")
+    if n == 0:  # refused before the charge: it would spend the cost on no answer
+        raise QueryError("SQL: LIMIT 0 answers no row; nothing is charged for it")
     return n
 
 

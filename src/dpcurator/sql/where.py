@@ -225,6 +225,9 @@ def _truth(node: exp.Expression, names: Names) -> tuple[str, str]:
         )
     if isinstance(node, exp.Not):
         inner = node.this
+        if isinstance(inner, exp.Is) and not isinstance(inner.expression, exp.Null):
+            # (quoted whole: IS NOT TRUE, not the IS TRUE inside it)
+            raise QueryError(f"SQL: {shown(node)}: only IS NULL and IS NOT NULL are supported")
         if isinstance(inner, exp.In | exp.Between):
             t, f = _truth(inner, names)
             return f, t
