@@ -416,8 +416,7 @@ def test_while_every_worker_drains_a_check_waits_for_one(tmp_path, searches):
             with procs._cond:
                 busy = [w for w in procs._busy if w.process.pid not in stopped]
             for w in busy:
-                if _unread(w.jobs) == 0:  # its job read whole, then stopped mid-search
-                    time.sleep(0.05)
+                if _unread(w.jobs) == 0:  # its job read whole: stopped mid-search
                     os.kill(w.process.pid, signal.SIGSTOP)
                     stopped.append(w.process.pid)
             time.sleep(0.002)
