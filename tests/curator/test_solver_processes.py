@@ -428,6 +428,7 @@ def test_while_every_worker_drains_a_check_waits_for_one(tmp_path, searches):
             c.count(c.hard(), epsilon=3.0)  # type: ignore[attr-defined]
         done.set()
         watcher.join()
+        assert searches["here"] == []  # (a search after its worker was stopped, too)
         with procs._cond:
             if not stopped or procs._free or procs._busy:
                 pytest.skip("the request was decided before its worker was stopped")
