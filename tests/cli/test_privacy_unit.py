@@ -84,10 +84,9 @@ def one_error_line(err: str, command: str, *words: str) -> None:
         assert w in err, err
 
 
-def test_answer_names_the_unit_and_reports_the_load(files, capsys) -> None:
-    code, out, err = run(
-        capsys, *answer(files, "--privacy-unit", "tailnum:2", "--unit-name", "aircraft")
-    )
+@pytest.mark.parametrize("flag", ["tailnum:2", " tailnum : 2 ", "\ttailnum:2"])
+def test_answer_names_the_unit_and_reports_the_load(files, capsys, flag) -> None:
+    code, out, err = run(capsys, *answer(files, "--privacy-unit", flag, "--unit-name", "aircraft"))
     assert code == 0, err
     guarantee = next(ln for ln in out.splitlines() if ln.startswith("guarantee:"))
     assert "-DP per aircraft (tailnum), up to 2 rows each  [" in guarantee

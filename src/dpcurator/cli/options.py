@@ -209,7 +209,10 @@ def add_privacy_unit(p: argparse.ArgumentParser) -> None:
 
 def parse_privacy_unit(text: str, what: str = "--privacy-unit") -> tuple[str, int]:
     """``COLUMN:K`` as (column, k). The column is what precedes the last colon, so a
-    column whose name holds a colon still works."""
+    column whose name holds a colon still works; stripped of surrounding whitespace, as
+    a data file's header names are (so ``' tailnum : 5'`` is ``tailnum:5``: a column
+    name with surrounding spaces never matched a header, so no ledger holds one)."""
+    from dpcurator.backends._validation import WHITESPACE
     from dpcurator.curator.privacy_unit import MAX_ROWS
 
     column, colon, k = text.rpartition(":")
@@ -225,7 +228,7 @@ def parse_privacy_unit(text: str, what: str = "--privacy-unit") -> tuple[str, in
             f"{what}: K must be an integer from 1 to {MAX_ROWS:,} (rows one unit may own), "
             f"got {k.strip()!r}"
         )
-    return column, int(k)
+    return column.strip(WHITESPACE), int(k)
 
 
 def unit_name(text: str | None, what: str = "--unit-name") -> str | None:
