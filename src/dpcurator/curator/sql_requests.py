@@ -60,7 +60,7 @@ from dpcurator.mechanisms.quantile import (
 from dpcurator.privacy.filters import largest_zcdp_within
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery, intersection
-from dpcurator.queries.joins import JoinedSchema, joined_schema
+from dpcurator.queries.joins import JoinedSchema, join_named
 from dpcurator.queries.parts import GroupTerm, group_term, table_cell
 from dpcurator.queries.predicates import complement
 from dpcurator.queries.values import decimal_text
@@ -372,14 +372,10 @@ class SqlRequests:
     def _joined_schema(self, table: str) -> JoinedSchema:
         """The schema of a join on the unit named ``a JOIN b`` (a ledger's charge on it is
         read back before the join is built): :class:`KeyError` for any other name."""
-        left, sep, right = table.partition(" JOIN ")
         unit = self.privacy_unit
-        if not sep or unit is None or left not in self._backends or right not in self._backends:
-            raise KeyError(table)
-        joined = joined_schema(
-            left, self._backends[left].schema, right, self._backends[right].schema, unit.column
-        )
-        if joined.name != table:
+        schemas = {name: be.schema for name, be in self._backends.items()}
+        joined = join_named(table, schemas, None if unit is None else unit.column)
+        if joined is None:
             raise KeyError(table)
         return joined
 

@@ -18,7 +18,7 @@ from dpcurator.curator.overlap_filter import SOLVER_TIME_LIMIT, Charge, OverlapF
 from dpcurator.errors import InvalidParameter, LedgerError
 from dpcurator.queries import Query, Schema
 from dpcurator.queries.boolean import BooleanQuery
-from dpcurator.queries.joins import joined_schema
+from dpcurator.queries.joins import join_named
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,10 @@ def charged_schema(ledger: Ledger, schemas: Mapping[str, Schema], table: str) ->
     schema = schemas.get(table)
     if schema is not None:
         return schema
-    left, sep, right = table.partition(" JOIN ")
     unit = ledger.identity.get("privacy_unit")
-    if sep and unit and left in schemas and right in schemas:
-        joined = joined_schema(left, schemas[left], right, schemas[right], str(unit[0]))
-        if joined.name == table:
-            return joined.schema
+    joined = join_named(table, schemas, str(unit[0]) if unit else None)
+    if joined is not None:
+        return joined.schema
     raise LedgerError(f"ledger {ledger.path}: a charge names a table it does not know: {table!r}")
 
 

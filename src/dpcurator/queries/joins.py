@@ -12,6 +12,7 @@ of kept rows). Pure: names and domains, no data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from dpcurator.errors import QueryError
@@ -67,3 +68,14 @@ def joined_schema(a: str, schema_a: Schema, b: str, schema_b: Schema, unit: str)
             attrs.append(replace(attr, name=f"{table}.{attr.name}") if qualified else attr)
             sources.append((table, attr.name))
     return JoinedSchema(name, Schema(tuple(attrs)), tuple(sources))
+
+
+def join_named(table: str, schemas: Mapping[str, Schema], unit: str | None) -> JoinedSchema | None:
+    """The join on the unit column ``unit`` that the table name ``table`` names (``a
+    JOIN b``, as :func:`joined_name` writes it, of two tables of ``schemas``), or None:
+    how a curator and a reader of its ledger alone both read a charge on a join."""
+    left, sep, right = table.partition(" JOIN ")
+    if not sep or unit is None or left not in schemas or right not in schemas:
+        return None
+    joined = joined_schema(left, schemas[left], right, schemas[right], unit)
+    return joined if joined.name == table else None
