@@ -532,3 +532,14 @@ def test_spark_counts_the_same_distinct_units(spark, tmp_path):
             q = parse_query(text, SCHEMA)
             assert spk.distinct_units(q) == duck.distinct_units(q)
         assert spk.distinct_units(None) == duck.distinct_units(None) == df.uid.nunique()
+
+
+@pytest.mark.parametrize(
+    "bad", [True, False, 0, 3, -1, 2.0, "2", None, 10**400, float("nan"), b"2"]
+)
+def test_the_scheme_is_checked_before_anything_is_read(tmp_path, bad):
+    """``unit_rows=`` takes 1 or 2, as an int: anything else is refused in one line,
+    before the data is read (the file here does not even exist)."""
+    with pytest.raises(InvalidParameter) as err:
+        load(tmp_path / "nowhere.csv", 2, unit_rows=bad)
+    assert str(err.value) == f"unit_rows must be one of [1, 2], got {bad!r}"

@@ -259,3 +259,12 @@ def test_the_service_release_under_a_unit_reports_the_noise_it_added():
     )
     assert direct["total_squared_error"] == pytest.approx(math.fsum(variances), rel=1e-9)
     assert direct["worst_answer_squared_error"] == pytest.approx(max(variances), rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3", None, float("inf")])
+def test_a_sensitivity_that_is_no_positive_integer_is_refused(bad):
+    wl = parse_workload(WORKLOAD, SCHEMA)
+    from dpcurator.errors import InvalidParameter
+
+    with pytest.raises(InvalidParameter, match=r"sensitivity must be a positive integer"):
+        make_plan(wl.queries, wl.weights, PureDP(1.0), sensitivity=bad)

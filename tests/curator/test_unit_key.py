@@ -208,3 +208,15 @@ def test_an_unknown_scheme_is_refused(table):
     rewrite_identity(ledger, lambda ident: ident.update(unit_rows=3))
     with pytest.raises(LedgerError, match="unit rows scheme 3 is unknown to this dpcurator"):
         histogram(d / "d.csv", d / "s.json", ledger)
+
+
+@pytest.mark.parametrize("bad", ["2", True, 2.0, None, [2]])
+def test_a_hand_written_scheme_of_another_type_is_refused(table, bad):
+    """A ledger whose identity holds a scheme that is not the int 1 or 2 (written by
+    hand, its genesis recomputed so that the chain verifies) is refused, not read as 2."""
+    d, _ = table
+    ledger = d / "l.db"
+    histogram(d / "d.csv", d / "s.json", ledger)
+    rewrite_identity(ledger, lambda ident: ident.update(unit_rows=bad))
+    with pytest.raises(LedgerError, match=r"unit rows scheme .* is unknown to this dpcurator"):
+        histogram(d / "d.csv", d / "s.json", ledger)

@@ -110,9 +110,9 @@ def key_text(key: bytes) -> str:
 
 def check_scheme(scheme: object) -> int:
     """The scheme, checked to be one of :data:`SCHEMES`."""
-    if isinstance(scheme, bool) or scheme not in SCHEMES:
+    if type(scheme) is not int or scheme not in SCHEMES:  # (not True, 2.0, "2")
         raise InvalidParameter(f"unit_rows must be one of {list(SCHEMES)}, got {scheme!r}")
-    return int(scheme)  # type: ignore[call-overload]
+    return scheme
 
 
 def canonical_id(text: str) -> str:

@@ -67,7 +67,7 @@ def scheme_of(identity: str, location: str) -> int:
     """The scheme of the ledger's choice of rows: the one sealed in its identity, or 1
     for a ledger made before schemes were kept."""
     scheme = json.loads(identity).get(SCHEME_FIELD, 1)
-    if isinstance(scheme, bool) or scheme not in SCHEMES:  # sealed: only a writer of ours
+    if type(scheme) is not int or scheme not in SCHEMES:  # sealed: only a writer of ours
         raise LedgerError(
             f"ledger {location}: its unit rows scheme {scheme!r} is unknown to this dpcurator"
         )
