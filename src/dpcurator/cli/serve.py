@@ -60,6 +60,8 @@ a config file (--config FILE.toml) can hold everything, and flags override it:
   solver_time_limit = 5         # seconds of exact overlap checks per request
   solver_threads = 4            # exact checks at once (each analyst's one at a time)
   solver_processes = true       # their search in as many worker processes (false: threads)
+  gate = true                   # a process of its own answers the 401s that need no
+                                # curator (plain http only; false: the server does)
   max_cells = 50000             # cells of one histogram or marginal
   max_queries = 10000           # queries of one batch or workload (macros expanded)
   max_charges = 10000           # ledger rows one request may write
@@ -179,6 +181,7 @@ _KEYS = {
         "solver_time_limit",
         "solver_threads",
         "solver_processes",
+        "gate",
         "max_cells",
         "max_queries",
         "max_charges",
@@ -286,6 +289,22 @@ def _flag(server: dict[str, Any], key: str, default: bool) -> bool:
     if not isinstance(v, bool):
         raise InvalidParameter(f"--config: [server] {key} must be true or false, got {v!r}")
     return v
+
+
+def _gate_wanted(server: dict[str, Any], cert: str | None) -> bool:
+    """Whether a gate answers the 401s that need no curator (:mod:`dpcurator.service.gate`):
+    by default wherever it can, which is plain HTTP on a system that passes sockets
+    between processes (a TLS connection cannot be handed over)."""
+    can = cert is None and hasattr(socket, "send_fds")
+    wanted = _flag(server, "gate", can)
+    if wanted and cert is not None:
+        raise InvalidParameter(
+            "--config: [server] gate = true needs plain http (a TLS connection cannot be "
+            "handed from the gate to the server); set gate = false, or put TLS in a proxy"
+        )
+    if wanted and not can:
+        raise InvalidParameter("--config: [server] gate = true: this system cannot pass sockets")
+    return wanted
 
 
 def _budget(args: argparse.Namespace, cfg: dict[str, Any]) -> object:
@@ -412,8 +431,9 @@ def _open(args: argparse.Namespace, cfg: dict[str, Any], ledger: str, limit: flo
     )
 
 
-def _stoppable_server(config: Any, curator: Any) -> Any:
-    """A uvicorn server for ``config`` that stops ``curator`` at its first signal."""
+def _stoppable_server(config: Any, curator: Any, gate: Any = None) -> Any:
+    """A uvicorn server for ``config`` that stops ``curator`` at its first signal, and
+    takes the connections of ``gate`` (a :class:`~dpcurator.service.handoff.GateLink`)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -424,15 +444,32 @@ def _stoppable_server(config: Any, curator: Any) -> Any:
         def __init__(self, config: uvicorn.Config, curator: Any) -> None:
             super().__init__(config)
             self.curator = curator
+            self.gate_ended = False
 
         async def startup(self, sockets: Any = None) -> None:
             from dpcurator.service.http_protocol import noting_accept_errors
 
             asyncio.get_running_loop().set_exception_handler(noting_accept_errors)
             await super().startup(sockets=sockets)
+            if gate is not None:
+                config = self.config
+
+                def create_protocol() -> asyncio.Protocol:  # as uvicorn's own startup
+                    return config.http_protocol_class(  # type: ignore[call-arg]
+                        config=config, server_state=self.server_state, app_state=self.lifespan.state
+                    )
+
+                gate.ended = self._gate_ended
+                await gate.attach(create_protocol)
+
+        def _gate_ended(self) -> None:
+            self.gate_ended = True
+            self.handle_exit(signal.SIGTERM, None)
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             self.curator.stop()
+            if gate is not None:
+                gate.close()  # it accepts nothing more
             super().handle_exit(sig, frame)
 
     return Server(config, curator)
@@ -485,16 +522,16 @@ def _stopped(signum: int, frame: object) -> None:
     raise _Stopped
 
 
-def _serve_until_stopped(server: Any, sock: socket.socket) -> None:
+def _serve_until_stopped(server: Any, sockets: list[socket.socket]) -> None:
     """Serve until SIGINT or SIGTERM. uvicorn shuts down gracefully, then raises the
     signal again; SIGTERM then ends this call (so that the ledger is closed and the
     demo's temporary files removed) instead of killing the process on the spot."""
     if threading.current_thread() is not threading.main_thread():
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
         return
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=sockets)
     except _Stopped:
         pass
     finally:
@@ -584,6 +621,7 @@ def run(args: argparse.Namespace) -> int:
     for f in (cert, key):
         if f is not None and not Path(f).is_file():
             raise InvalidParameter(f"TLS file {f} not found")
+    use_gate = _gate_wanted(server, cert)
     if cert is not None:
         try:  # a bad certificate or key is refused now, not after "listening on"
             ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
@@ -643,6 +681,7 @@ def run(args: argparse.Namespace) -> int:
             )
     curator = _open(args, cfg, ledger, time_limit)
     rate = None
+    gate = None
     try:
         if curator.ledger.anchor_started:
             sys.stderr.write(
@@ -684,6 +723,17 @@ def run(args: argparse.Namespace) -> int:
                 f"max_connections = {limits.max_connections} (ulimit -n); it holds at most "
                 f"{fit} connections at once\n"
             )
+        if use_gate:
+            from dpcurator.service.handoff import GateLink, gate_plan
+
+            gate = GateLink(
+                sock,
+                gate_plan(app),
+                ledger=curator.ledger,
+                read_timeout=limits.read_timeout,
+                max_connections=fit,
+                default_headers=[("server", "uvicorn")],  # uvicorn's, as it writes them
+            )
         serve_interpreter.tune()
         curator.warm_solvers()
         print(f"listening on {url}", flush=True)
@@ -700,8 +750,13 @@ def run(args: argparse.Namespace) -> int:
             ssl_keyfile=key,
             timeout_graceful_shutdown=5,
         )
-        _serve_until_stopped(_stoppable_server(config, curator), sock)
+        stoppable = _stoppable_server(config, curator, gate)
+        _serve_until_stopped(stoppable, [] if gate is not None else [sock])
+        if stoppable.gate_ended:
+            raise InvalidParameter("the gate process ended; the server stopped (see the log)")
     finally:
+        if gate is not None:
+            gate.stop()
         if isinstance(rate, SharedRateLimiter):
             rate.close()
         curator.close()

@@ -50,6 +50,22 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+#: The 401 messages: no ``Authorization`` header, and any other token refused.
+MISSING_TOKEN = "missing Authorization: Bearer TOKEN"
+REFUSED_TOKEN = "unknown or revoked token"
+
+
+def bearer_token(authorization: str) -> str | None:
+    """The well-formed token of an ``Authorization`` header's value ``Bearer TOKEN``
+    (the scheme in any case, the token stripped), else None (a :data:`REFUSED_TOKEN`).
+    One reading for the server and its gate, so that they refuse the same headers."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or split_token(token) is None:
+        return None
+    return token
+
+
 def split_token(token: object) -> tuple[str, str] | None:
     """(key, secret) of a well-formed token, else None."""
     if not isinstance(token, str):

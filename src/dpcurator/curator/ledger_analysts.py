@@ -212,6 +212,32 @@ class AnalystsChain:
         found = self._tokens(wait=False)
         return found is not None and _holder(found, token) is None
 
+    def tokens_in_force(self) -> tuple[str, dict[str, str]] | None:
+        """The analysts' chain head as the store records it, and each token in force
+        (its key and its secret's hash), read up to that head; None for a ledger in
+        memory or on PostgreSQL.
+
+        For the server's gate (:mod:`dpcurator.service.gate`), a process of its own that
+        refuses an unknown token without this ledger, and only while the SQLite file's
+        analysts' head is still this one (one statement it can read at once)."""
+        if self.analysts_file is None:
+            return None
+        self._tokens(wait=True)
+        head, _, by_key = self._auth_view  # one tuple: the head and the tokens it holds
+        if not head[1]:
+            head = (0, chain.analysts_genesis(self._genesis))
+        tokens = {key: entry.token_hash for key, (_, entry) in by_key.items() if entry.token_hash}
+        return chain.head_text(*head), tokens
+
+    @property
+    def analysts_file(self) -> str | None:
+        """The SQLite file whose meta row ``analysts_head`` the gate reads (None when the
+        ledger is not one)."""
+        from dpcurator.curator.stores.sqlite import SQLiteStore
+
+        store = self._store
+        return store.location if isinstance(store, SQLiteStore) and store.durable else None
+
     def _tokens(self, *, wait: bool) -> dict[str, tuple[str, chain.Entry]] | None:
         """token key -> (analyst, entry), for the tokens in force (see authenticate);
         None, without ``wait``, where reading them would wait."""

@@ -21,7 +21,12 @@ from fastapi import Depends, Header, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from dpcurator.curator.credentials import Principal, split_token
+from dpcurator.curator.credentials import (
+    MISSING_TOKEN,
+    REFUSED_TOKEN,
+    Principal,
+    bearer_token,
+)
 from dpcurator.errors import LedgerError
 
 log = logging.getLogger("dpcurator.service")
@@ -68,11 +73,10 @@ def bearer(authorization: str | None) -> str:
     ledger, so its 401 never waits for a thread while the server is busy (it reveals
     nothing the sender does not know: the shape of what they sent)."""
     if authorization is None:
-        raise ServiceError("unauthorized", "missing Authorization: Bearer TOKEN")
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or split_token(token) is None:
-        raise ServiceError("unauthorized", "unknown or revoked token")
+        raise ServiceError("unauthorized", MISSING_TOKEN)
+    token = bearer_token(authorization)
+    if token is None:
+        raise ServiceError("unauthorized", REFUSED_TOKEN)
     return token
 
 
@@ -93,7 +97,7 @@ def refuse_unknown(state: Any, token: str) -> None:
     worker thread decides. Under a flood of exact checks a 401 that went through a
     thread waited for several handovers of the interpreter lock."""
     if state.ledger.refused_at_once(token):
-        raise ServiceError("unauthorized", "unknown or revoked token")
+        raise ServiceError("unauthorized", REFUSED_TOKEN)
 
 
 class _Unverified:
@@ -194,7 +198,7 @@ def unavailable(err: LedgerError) -> JSONResponse:
 def known_caller(state: Any, token: str) -> Principal:
     who = state.ledger.authenticate(token)
     if who is None:
-        raise ServiceError("unauthorized", "unknown or revoked token")
+        raise ServiceError("unauthorized", REFUSED_TOKEN)
     wait = state.rate.wait(who.name)
     if wait > 0:
         seconds = max(1, math.ceil(wait))

@@ -95,6 +95,8 @@ class GuardedH11Protocol(H11Protocol):
     #: own): the ones a new connection past the cap closes, stuck ones first.
     waiting: ClassVar[dict[GuardedH11Protocol, None]] = {}
     stuck: ClassVar[dict[GuardedH11Protocol, None]] = {}
+    #: What the gate read of a connection it handed over (:mod:`.handoff`): read first.
+    handoff: bytes = b""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,6 +110,9 @@ class GuardedH11Protocol(H11Protocol):
         self._await_request()
         if len(self.connections) > self.max_connections:
             self._make_room()
+        if self.handoff and not transport.is_closing():
+            prefix, self.handoff = self.handoff, b""
+            self.data_received(prefix)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_reading_deadline()

@@ -176,9 +176,9 @@ class Rows:
             tuple(sorted((str(k), str(v)) for k, v in self.meta().items())),
             tuple(self.analysts_after(0)),
             tuple(self.charges_after(0)),
-            tuple(
-                (*r[:7], bytes(r[7])) for r in self._all("all_checkpoints")
-            ) if checkpoints else (),
+            tuple((*r[:7], bytes(r[7])) for r in self._all("all_checkpoints"))
+            if checkpoints
+            else (),
         )
 
     def load(self, dump: Dump) -> None:

@@ -359,6 +359,13 @@ def _busy(err: sqlite3.OperationalError) -> bool:
     return getattr(err, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
 
 
+def lookup_connection(path: str) -> sqlite3.Connection:
+    """A connection to the ledger file ``path`` that never waits for a lock, as the
+    lookups' own (:meth:`SQLiteStore.meta_at_once`): for a reader in another process
+    (the server's gate, :mod:`dpcurator.service.gate`)."""
+    return _connect(path, busy_ms=0)
+
+
 def _connect(path: str, busy_ms: int = 60_000) -> sqlite3.Connection:
     """A connection to an existing file (SQLite never creates one here), or to memory;
     it waits up to ``busy_ms`` for another connection's lock."""

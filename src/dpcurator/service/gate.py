@@ -1,0 +1,413 @@
+"""The gate: a process of its own that accepts ``dpcurator serve``'s connections,
+answers the 401s that need no curator, and hands every other connection, as it is, to
+the server.
+
+Why. A 401 needs no data and no budget, but in the server it waits for the event
+loop, and the event loop for the interpreter lock. Under a flood of exact checks and
+2,000-query batches (benchmarks/stall.py, 2 cores at 0% idle) the thread holding that
+lock is often off the CPU, and a 401 answered in under a millisecond of work took up
+to 70-150 ms. A process that is idle between requests is woken at once by the kernel
+and holds no lock anyone else needs: in the same runs, a trivial server of its own
+answered within 5-20 ms.
+
+What it answers. Only a request that the server would answer with one of two 401s
+whatever else it holds, and that has no body: its method and exact path are one of
+the routes the server found to refuse such requests before anything else (the server
+asks its own application at start: :func:`dpcurator.service.handoff.gate_plan`), and
+its one ``Authorization`` header is missing, is not a well-formed bearer token, or
+names a token not in force. The 401 is the server's own, byte for byte (its headers
+and body, taken from the application at start; the ``date`` is now's). A token is
+judged not in force on the server's list of tokens (key and secret hash, compared in
+constant time as the ledger does, :func:`dpcurator.curator.credentials.matches`) only
+while the ledger file's analysts' head is still the one that list was read at (one
+SQLite statement that never waits); when it is not, or on PostgreSQL, the request goes
+to the server, and the gate asks for a new list. Anything else, a malformed request
+included, goes to the server, which answers it as it always has.
+
+How it hands a connection over. The socket itself, passed over a Unix socket pair
+(``SCM_RIGHTS``) with the bytes the gate has read of it since its last answer; the
+server reads on from there as if it had accepted the connection (the client's address
+is the socket's own), and from then on the connection is the server's alone, with all
+of its limits. The gate reads at most :data:`READ_SIZE` bytes at a time, so that what
+it hands over stays small. A token the gate passes is authenticated again by the
+server: the gate only ever refuses.
+
+Its own limits are the server's: a connection has ``read_timeout`` seconds to send
+each request and as long to take each answer, and past ``max_connections`` a new one
+closes the one that has waited longest. Started by the server
+(:class:`dpcurator.service.handoff.GateLink`) as ``python -m dpcurator.service.gate``,
+its settings one JSON line on standard input; it ends when the server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import struct
+import sys
+from dataclasses import dataclass
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any
+
+import h11
+
+from dpcurator.curator.credentials import bearer_token, matches, split_token
+
+log = logging.getLogger("dpcurator.gate")
+
+#: Bytes read from a connection at a time (what a handover carries stays near this).
+READ_SIZE = 16 * 1024
+#: Message kinds on the socket pair: a connection handed over (its socket attached),
+#: a request for the list of tokens in force, and the gate's word that it listens.
+HANDOFF, REFRESH, READY = b"H", b"R", b"S"
+#: A secret hash no secret has, compared for an unknown key (so that the time taken
+#: does not say whether the key exists).
+_NO_HASH = "0" * 64
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A 401 as the server writes it: its status, the application's headers, body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    @property
+    def reason(self) -> bytes:
+        return HTTPStatus(self.status).phrase.encode()
+
+    @staticmethod
+    def of(d: dict[str, Any]) -> Refusal:
+        headers = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in d["headers"])
+        return Refusal(int(d["status"]), headers, d["body"].encode("latin-1"))
+
+
+class Gate:
+    """The gate's state: what it refuses, the tokens in force, its connections."""
+
+    def __init__(self, settings: dict[str, Any], ctrl: socket.socket) -> None:
+        self.routes = {(m.encode(), p.encode()) for m, p in settings["routes"]}
+        self.missing = Refusal.of(settings["missing"])
+        self.refused = Refusal.of(settings["refused"])
+        self.defaults = tuple(
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in settings["default_headers"]
+        )
+        self.read_timeout = float(settings["read_timeout"])
+        self.max_connections = int(settings["max_connections"])
+        self.ctrl = ctrl
+        self.loop = asyncio.get_running_loop()
+        self.db = None if settings["ledger"] is None else _reader(settings["ledger"])
+        self.tokens: dict[str, str] = {}
+        self.tokens_head: str | None = None
+        self.asked = False
+        self.connections: dict[Connection, None] = {}  # longest open first
+        self.handing: dict[Connection, bytes] = {}  # handed over, not yet sent
+        self.retrying = False
+
+    # --- what is refused here -----------------------------------------------------------
+
+    def refusal(self, request: h11.Request) -> Refusal | None:
+        """The 401 for ``request``, or None: the server's to answer."""
+        if (request.method, request.target.partition(b"?")[0]) not in self.routes:
+            return None
+        authorization: list[bytes] = []
+        for name, value in request.headers:
+            if name in (b"content-length", b"transfer-encoding") and not (
+                name == b"content-length" and value == b"0"
+            ):
+                return None  # a body: the server's (it may read it first)
+            if name == b"authorization":
+                authorization.append(value)
+        if not authorization:
+            return self.missing
+        if len(authorization) > 1:
+            return None
+        token = bearer_token(authorization[0].decode("latin-1"))
+        if token is None or not self._held(token):
+            return self.refused
+        return None
+
+    def _held(self, token: str) -> bool:
+        """Whether ``token`` may be in force (else it is refused here): on the list, or
+        the list may be out of date (then a new one is asked for). Both read the ledger
+        file's head, so that the time taken does not say which."""
+        key, secret = split_token(token) or ("", "")
+        stored = self.tokens.get(key)
+        listed = matches(secret, stored or _NO_HASH) and stored is not None
+        head = self._store_head()
+        current = head is not None and head == self.tokens_head
+        if head is not None and not current:
+            self._ask()
+        return listed or not current
+
+    def _store_head(self) -> object:
+        """The ledger file's analysts' head now, or None where it cannot be read at once."""
+        if self.db is None:
+            return None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'analysts_head'").fetchone()
+        except sqlite3.Error:
+            return None  # being written, or unreadable: the server decides
+        return None if row is None else row[0]
+
+    def _ask(self) -> None:
+        if not self.asked:
+            self.asked = True
+            with contextlib.suppress(OSError):
+                self.ctrl.send(REFRESH)
+
+    def take_tokens(self, message: bytes) -> None:
+        got = json.loads(message)
+        self.tokens = {str(k): str(v) for k, v in got["tokens"].items()}
+        self.tokens_head = str(got["head"])
+        self.asked = False
+
+    # --- answers and handovers ----------------------------------------------------------
+
+    def answer(self, conn: h11.Connection, refusal: Refusal) -> bytes:
+        headers = [(b"date", formatdate(usegmt=True).encode()), *self.defaults, *refusal.headers]
+        return b"".join(
+            [
+                conn.send(
+                    h11.Response(status_code=refusal.status, headers=headers, reason=refusal.reason)
+                ),
+                conn.send(h11.Data(data=refusal.body)),
+                conn.send(h11.EndOfMessage()),
+            ]
+        )
+
+    def hand_off(self, connection: Connection, data: bytes) -> None:
+        self.handing[connection] = data
+        self.send_handoffs()
+
+    def send_handoffs(self) -> None:
+        """Pass each waiting connection's socket to the server, once the answers the
+        gate wrote on it are sent (the server's must come after them); retried soon
+        while the socket pair is full."""
+        for connection, data in list(self.handing.items()):
+            transport = connection.transport
+            if transport is None or transport.is_closing():
+                del self.handing[connection]
+                continue
+            if transport.get_write_buffer_size():
+                continue  # its resume_writing calls again
+            sock = transport.get_extra_info("socket")
+            try:
+                socket.send_fds(self.ctrl, [HANDOFF + data], [sock.fileno()])
+            except BlockingIOError:
+                if not self.retrying:
+                    self.retrying = True
+                    self.loop.call_later(0.002, self._retry)
+                return
+            except OSError as err:
+                log.error("cannot hand a connection to the server: %s", err)
+                transport.abort()
+                continue
+            del self.handing[connection]
+            transport.abort()  # the gate's descriptor only: the server holds the socket
+
+    def _retry(self) -> None:
+        self.retrying = False
+        self.send_handoffs()
+
+    def opened(self, connection: Connection) -> None:
+        self.connections[connection] = None
+        if len(self.connections) > self.max_connections:
+            oldest = next(iter(self.connections))
+            _note(f"closed a connection: more than max_connections = {self.max_connections} open")
+            oldest.abort()
+
+    def closed(self, connection: Connection) -> None:
+        self.connections.pop(connection, None)
+        self.handing.pop(connection, None)
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection while the gate holds it: its requests read with h11 until
+    one is not the gate's to refuse."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self.buffer = bytearray(READ_SIZE)
+        self.h11 = h11.Connection(h11.SERVER)
+        self.unanswered = bytearray()  # read since the last answer: what a handover carries
+        self.transport: asyncio.Transport | None = None
+        self.deadline: asyncio.TimerHandle | None = None
+        self.pending: Refusal | None = None
+        self.gone = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # pause_writing while any answer is unsent, resume_writing once it all is: the
+        # moment a connection handed over with output pending may go
+        transport.set_write_buffer_limits(high=0)
+        self.gate.opened(self)
+        self._arm("did not send a whole request")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.gone = True
+        self.gate.closed(self)
+        self.transport = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self.buffer[:nbytes])
+        self.unanswered += data
+        self.h11.receive_data(data)
+        self._events()
+
+    def eof_received(self) -> bool:
+        self.h11.receive_data(b"")
+        self._events()
+        return False
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._arm("did not take its answer")
+
+    def resume_writing(self) -> None:
+        if self.transport is None:
+            return
+        if self in self.gate.handing:
+            self.gate.send_handoffs()
+        elif not self.gone:
+            self.transport.resume_reading()
+            self._arm("did not send a whole request")
+
+    def _events(self) -> None:
+        while self.transport is not None and not self.gone:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError:
+                self._hand_off()  # the server answers it (as it always has)
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.ConnectionClosed):
+                self.abort()
+                return
+            if isinstance(event, h11.Request):
+                self.pending = self.gate.refusal(event)
+                if self.pending is None:
+                    self._hand_off()
+                    return
+            elif isinstance(event, h11.EndOfMessage) and self.pending is not None:
+                self._answer(self.pending)
+
+    def _answer(self, refusal: Refusal) -> None:
+        assert self.transport is not None
+        self.pending = None
+        self._arm("did not send a whole request")  # (writing may pause: then "take")
+        self.transport.write(self.gate.answer(self.h11, refusal))
+        if self.h11.our_state is h11.MUST_CLOSE:
+            self._arm("did not take its answer")  # asyncio holds it until it is sent
+            self.transport.close()
+            self.gone = True
+            return
+        self.h11.start_next_cycle()
+        self.unanswered = bytearray(self.h11.trailing_data[0])
+
+    def _hand_off(self) -> None:
+        assert self.transport is not None
+        self.gone = True
+        self._arm("did not take its answer")  # (only while an answer is unsent)
+        self.transport.pause_reading()
+        self.gate.hand_off(self, bytes(self.unanswered))
+
+    def _arm(self, what: str) -> None:
+        self._disarm()
+        self.deadline = self.gate.loop.call_later(self.gate.read_timeout, self._timed_out, what)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _timed_out(self, what: str) -> None:
+        self.deadline = None
+        _note(f"closed a connection that {what} in {self.gate.read_timeout:g} s")
+        self.abort()
+
+    def abort(self) -> None:
+        self._disarm()
+        self.gone = True
+        self.gate.closed(self)  # now: the next connection past the cap closes another
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _reader(path: str) -> sqlite3.Connection:
+    from dpcurator.curator.stores.sqlite import lookup_connection
+
+    return lookup_connection(path)
+
+
+def _note(what: str) -> None:
+    from dpcurator.service.http_protocol import _note as note
+
+    note(what)
+
+
+async def _read_tokens(gate: Gate, tokens: socket.socket) -> None:
+    """The server's lists of tokens in force, each a length and JSON, as they come;
+    returns when the server closes its end."""
+    reader, writer = await asyncio.open_connection(sock=tokens)
+    try:
+        while True:
+            try:
+                (n,) = struct.unpack("!I", await reader.readexactly(4))
+                gate.take_tokens(await reader.readexactly(n))
+            except asyncio.IncompleteReadError:
+                return
+    finally:
+        writer.close()
+
+
+async def _run(settings: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(fileno=settings["listen_fd"])
+    ctrl = socket.socket(fileno=settings["ctrl_fd"])
+    tokens = socket.socket(fileno=settings["tokens_fd"])
+    ctrl.setblocking(False)
+    gate = Gate(settings, ctrl)
+    server = await loop.create_server(lambda: Connection(gate), sock=listener, backlog=128)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gone = loop.create_task(_read_tokens(gate, tokens))
+    gone.add_done_callback(lambda _: stop.set())  # the server ended
+    ctrl.send(READY)
+    await stop.wait()
+    server.close()
+    for connection in list(gate.connections):
+        connection.abort()
+    gone.cancel()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    settings = json.loads(sys.stdin.readline())
+    with contextlib.suppress(OSError, AttributeError):  # end with the server (Linux)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != settings["server_pid"]:
+        return
+    asyncio.run(_run(settings))
+
+
+if __name__ == "__main__":
+    main()
