@@ -271,3 +271,34 @@ def _config(tmp: Path, text: str) -> Path:
     p = tmp / "gate.toml"
     p.write_text(text)
     return p
+
+
+def test_the_head_is_read_while_a_commit_holds_the_file_only_if_no_commit_landed(tmp_path):
+    """HeadReader: locked out by a writer, it gives the head it read last only while the
+    file's change counter is the one read with it."""
+    import sqlite3
+
+    from dpcurator.service.gate import HeadReader
+
+    path = tmp_path / "l.db"
+    data = write_people(tmp_path)
+    with Curator.open(data[0], data[1], budget=PureDP(1.0), ledger=path) as c:
+        c.add_analyst("ann")
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+    head = writer.execute("SELECT value FROM meta WHERE key = 'analysts_head'").fetchone()[0]
+    fresh, seen = HeadReader(str(path)), HeadReader(str(path))
+    assert seen.head() == head
+    writer.execute("BEGIN EXCLUSIVE")  # readers locked out, nothing written yet
+    assert fresh.head() is None  # never read: cannot tell
+    assert seen.head() == head  # no commit since its read: the same head
+    writer.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+    writer.execute("COMMIT")
+    writer.execute("BEGIN EXCLUSIVE")
+    assert seen.head() is None  # a commit landed since: cannot tell
+    writer.execute("COMMIT")
+    assert seen.head() == head  # read again
+    replaced = tmp_path / "other.db"
+    replaced.write_bytes(path.read_bytes())
+    os.replace(replaced, path)
+    assert seen.head() is None  # another file under the name: never read
+    writer.close()

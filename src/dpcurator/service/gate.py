@@ -70,6 +70,17 @@ HANDOFF, REFRESH, READY = b"H", b"R", b"S"
 #: A secret hash no secret has, compared for an unknown key (so that the time taken
 #: does not say whether the key exists).
 _NO_HASH = "0" * 64
+#: Seconds between the gate's tries to decide a request while the ledger file is being
+#: written or a new list of tokens is on its way, and how long it tries before
+#: handing the request over (a commit takes milliseconds, a list about as long).
+HEAD_RETRY, HEAD_WAIT = 0.002, 0.5
+
+
+class _Later:
+    """The gate cannot tell yet (the ledger file is being written): ask again soon."""
+
+
+LATER = _Later()
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,7 @@ class Gate:
         self.max_connections = int(settings["max_connections"])
         self.ctrl = ctrl
         self.loop = asyncio.get_running_loop()
-        self.db = None if settings["ledger"] is None else _reader(settings["ledger"])
+        self.db = None if settings["ledger"] is None else HeadReader(settings["ledger"])
         self.tokens: dict[str, str] = {}
         self.tokens_head: str | None = None
         self.asked = False
@@ -114,8 +125,8 @@ class Gate:
 
     # --- what is refused here -----------------------------------------------------------
 
-    def refusal(self, request: h11.Request) -> Refusal | None:
-        """The 401 for ``request``, or None: the server's to answer."""
+    def refusal(self, request: h11.Request) -> Refusal | _Later | None:
+        """The 401 for ``request``, or None (the server's to answer), or :data:`LATER`."""
         if (request.method, request.target.partition(b"?")[0]) not in self.routes:
             return None
         authorization: list[bytes] = []
@@ -131,14 +142,18 @@ class Gate:
         if len(authorization) > 1:
             return None
         token = bearer_token(authorization[0].decode("latin-1"))
-        if token is None or not self._held(token):
-            return self.refused
-        return None
+        held = False if token is None else self._held(token)
+        if held is None:
+            return LATER
+        return None if held else self.refused
 
-    def _held(self, token: str) -> bool:
+    def _held(self, token: str) -> bool | None:
         """Whether ``token`` may be in force (else it is refused here): on the list, or
-        the list may be out of date (then a new one is asked for). Both read the ledger
-        file's head, so that the time taken does not say which."""
+        not on the list when the list may be out of date (a new one is then asked for),
+        or None while a new list or the ledger file's head is awaited (a request handed
+        over takes its connection to the server for good, so a token likely to be
+        refused waits a little for the gate to tell). The head is read for every
+        token, listed or not, so that the time taken does not say which."""
         key, secret = split_token(token) or ("", "")
         stored = self.tokens.get(key)
         listed = matches(secret, stored or _NO_HASH) and stored is not None
@@ -146,17 +161,15 @@ class Gate:
         current = head is not None and head == self.tokens_head
         if head is not None and not current:
             self._ask()
-        return listed or not current
+        if listed:
+            return True
+        if self.db is None:
+            return True  # no head to read (PostgreSQL): the server's to tell
+        return None if not current else False
 
     def _store_head(self) -> object:
-        """The ledger file's analysts' head now, or None where it cannot be read at once."""
-        if self.db is None:
-            return None
-        try:
-            row = self.db.execute("SELECT value FROM meta WHERE key = 'analysts_head'").fetchone()
-        except sqlite3.Error:
-            return None  # being written, or unreadable: the server decides
-        return None if row is None else row[0]
+        """The ledger file's analysts' head now, or None where it cannot be told now."""
+        return None if self.db is None else self.db.head()
 
     def _ask(self) -> None:
         if not self.asked:
@@ -300,12 +313,32 @@ class Connection(asyncio.BufferedProtocol):
                 self.abort()
                 return
             if isinstance(event, h11.Request):
-                self.pending = self.gate.refusal(event)
-                if self.pending is None:
-                    self._hand_off()
+                if not self._decide(event, self.gate.loop.time() + HEAD_WAIT):
                     return
             elif isinstance(event, h11.EndOfMessage) and self.pending is not None:
                 self._answer(self.pending)
+
+    def _decide(self, request: h11.Request, until: float) -> bool:
+        """Decide ``request``: refused (True: read on, to its end), handed over, or
+        decided again in :data:`HEAD_RETRY` seconds (reading paused) until ``until``."""
+        assert self.transport is not None
+        got = self.gate.refusal(request)
+        if isinstance(got, Refusal):
+            self.pending = got
+            return True
+        if got is LATER and self.gate.loop.time() < until:
+            self.transport.pause_reading()
+            self.gate.loop.call_later(HEAD_RETRY, self._again, request, until)
+        else:
+            self._hand_off()
+        return False
+
+    def _again(self, request: h11.Request, until: float) -> None:
+        if self.transport is None or self.gone:
+            return
+        if self._decide(request, until):
+            self.transport.resume_reading()
+            self._events()
 
     def _answer(self, refusal: Refusal) -> None:
         assert self.transport is not None
@@ -349,10 +382,64 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
-def _reader(path: str) -> sqlite3.Connection:
-    from dpcurator.curator.stores.sqlite import lookup_connection
+class HeadReader:
+    """Reads the analysts' head of a ledger file (SQLite, journal mode TRUNCATE) without
+    waiting.
 
-    return lookup_connection(path)
+    While a commit is being written, readers are locked out, and under a flood of
+    charges that is often. Then the head last read is still the file's when no commit
+    has reached the file since: SQLite's file change counter (4 bytes at offset 24 of
+    the header, in page 1) grows with every commit that changes the file, and page 1 is
+    written first. So the counter is read with the head (inside one read transaction,
+    where no commit can land) and again, without a lock, when the file is busy: the
+    same counter, the same head. A commit not yet written is not done, and its
+    analyst not added yet. A file replaced under the same name is never read (None)."""
+
+    def __init__(self, path: str) -> None:
+        from dpcurator.curator.stores.sqlite import lookup_connection
+
+        self.path = path
+        self.inode = os.stat(path).st_ino
+        self.db = lookup_connection(path)
+        self.last: tuple[bytes, object] | None = None  # (change counter, head) read together
+
+    def head(self) -> object:
+        try:
+            if os.stat(self.path).st_ino != self.inode:
+                return None
+            self.db.execute("BEGIN")
+            try:
+                row = self.db.execute(
+                    "SELECT value FROM meta WHERE key = 'analysts_head'"
+                ).fetchone()
+                counter = self._counter()
+            finally:
+                self.db.execute("COMMIT")
+        except (sqlite3.Error, OSError):
+            with contextlib.suppress(sqlite3.Error):
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+            return self._unchanged()
+        head = None if row is None else row[0]
+        self.last = (counter, head)
+        return head
+
+    def _unchanged(self) -> object:
+        if self.last is None:
+            return None
+        try:
+            return self.last[1] if self._counter() == self.last[0] else None
+        except OSError:
+            return None
+
+    def _counter(self) -> bytes:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_ino != self.inode:
+                raise OSError("the ledger file was replaced")
+            return os.pread(fd, 4, 24)
+        finally:
+            os.close(fd)
 
 
 def _note(what: str) -> None:

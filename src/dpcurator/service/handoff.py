@@ -37,8 +37,11 @@ log = logging.getLogger("dpcurator.service")
 _NOBODY = "dpc_" + "0" * 16 + "_" + "A" * 43
 #: Seconds the gate has to say it listens.
 START_TIMEOUT = 30.0
-#: Most connections taken from one read of the socket pair.
-_MAX_FDS = 64
+#: Most sockets one message of the gate carries (one), and its longest message: what
+#: it read of a connection (h11 refuses a head past 16 kB; the gate reads 16 kB at a
+#: time), with room to spare. A message cut short is refused, its connection closed.
+_MAX_FDS = 4
+_MAX_MESSAGE = 16 * READ_SIZE
 
 
 class GateError(DpCuratorError):
@@ -188,13 +191,14 @@ class GateLink:
         self._loop = asyncio.get_running_loop()
         self._create = create_protocol
         _, self._writer = await asyncio.open_connection(sock=self.tokens)
+        await self._send_tokens()  # the gate's first list, before it needs one
         self._loop.add_reader(self.ctrl.fileno(), self._readable)
 
     def _readable(self) -> None:
         assert self._loop is not None
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(self.ctrl, 2 * READ_SIZE + 64, _MAX_FDS)
+                data, fds, flags, _ = socket.recv_fds(self.ctrl, _MAX_MESSAGE, _MAX_FDS)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as err:
@@ -206,7 +210,7 @@ class GateLink:
                     log.error("the gate ended; the server stops")
                     self.ended()
                 return
-            if data[:1] == HANDOFF and len(fds) == 1:
+            if data[:1] == HANDOFF and len(fds) == 1 and not flags & socket.MSG_TRUNC:
                 self._take(fds[0], data[1:])
             else:
                 for fd in fds:
