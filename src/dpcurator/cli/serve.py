@@ -753,7 +753,9 @@ def run(args: argparse.Namespace) -> int:
         stoppable = _stoppable_server(config, curator, gate)
         _serve_until_stopped(stoppable, [] if gate is not None else [sock])
         if stoppable.gate_ended:
-            raise InvalidParameter("the gate process ended; the server stopped (see the log)")
+            from dpcurator.service.handoff import GateError
+
+            raise GateError("the gate process ended; the server stopped (see the log)")
     finally:
         if gate is not None:
             gate.stop()
