@@ -142,8 +142,7 @@ def test_the_gates_401_is_the_servers_and_needs_no_server(pair, request_):
 def test_a_token_not_in_force_is_refused_at_the_gate_once_it_knows_the_tokens(pair):
     gated, plain = pair
     request_ = get("/v1/budget", NOBODY)
-    first = raw(gated, request_)  # the gate has no list yet: the server answers, and
-    assert first.startswith(b"HTTP/1.1 401")  # the gate asks for the list
+    assert raw(gated, request_).startswith(b"HTTP/1.1 401")  # (the gate has its list)
     deadline = time.monotonic() + 20
     while True:
         with stopped(gated):
@@ -302,3 +301,33 @@ def test_the_head_is_read_while_a_commit_holds_the_file_only_if_no_commit_landed
     os.replace(replaced, path)
     assert seen.head() is None  # another file under the name: never read
     writer.close()
+
+
+def test_a_large_body_handed_over_arrives_whole(pair):
+    """The gate hands a connection over at its request's head: the rest of a body far
+    larger than what the gate reads at a time is read by the server."""
+    gated, plain = pair
+    body = b'{"query": "age < 30", "epsilon": 0.001' + b" " * 300_000 + b"}"
+    request_ = (
+        b"POST /v1/count HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {gated.tokens['bo']}\r\n".encode()
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    got = raw(gated, request_)
+    assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    assert b'"query":"age < 30"' in got
+
+
+def test_on_postgresql_the_gate_refuses_malformed_tokens_and_hands_over_the_rest(
+    tmp_path, postgres_stores
+):
+    ledger = postgres_stores.new().target
+    with running(tmp_path, ledger=ledger, config=FAST) as s:
+        s.add("ann")
+        with stopped(s):
+            assert raw(s, get("/v1/budget", "bad")).startswith(b"HTTP/1.1 401 Unauthorized")
+            with pytest.raises(TimeoutError):  # no head to read: the server's to tell
+                raw(s, get("/v1/budget", NOBODY), timeout=0.5)
+        assert raw(s, get("/v1/budget", NOBODY)).startswith(b"HTTP/1.1 401")
+        assert raw(s, get("/v1/budget", s.tokens["ann"])).startswith(b"HTTP/1.1 200")

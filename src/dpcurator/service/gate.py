@@ -70,10 +70,12 @@ HANDOFF, REFRESH, READY = b"H", b"R", b"S"
 #: A secret hash no secret has, compared for an unknown key (so that the time taken
 #: does not say whether the key exists).
 _NO_HASH = "0" * 64
-#: Seconds between the gate's tries to decide a request while the ledger file is being
-#: written or a new list of tokens is on its way, and how long it tries before
-#: handing the request over (a commit takes milliseconds, a list about as long).
-HEAD_RETRY, HEAD_WAIT = 0.002, 0.5
+#: Seconds before the gate's second try to decide a request while the ledger file is
+#: being written or a new list of tokens is on its way (each next wait twice the last,
+#: at most :data:`RETRY_MAX`), and how long it tries before handing the request over.
+#: A commit takes milliseconds, a list about as long; the waits grow so that many
+#: requests waiting on a server that does not answer cost the gate little.
+HEAD_RETRY, RETRY_MAX, HEAD_WAIT = 0.002, 0.064, 0.5
 
 
 class _Later:
@@ -313,14 +315,14 @@ class Connection(asyncio.BufferedProtocol):
                 self.abort()
                 return
             if isinstance(event, h11.Request):
-                if not self._decide(event, self.gate.loop.time() + HEAD_WAIT):
+                if not self._decide(event, self.gate.loop.time() + HEAD_WAIT, HEAD_RETRY):
                     return
             elif isinstance(event, h11.EndOfMessage) and self.pending is not None:
                 self._answer(self.pending)
 
-    def _decide(self, request: h11.Request, until: float) -> bool:
+    def _decide(self, request: h11.Request, until: float, wait: float) -> bool:
         """Decide ``request``: refused (True: read on, to its end), handed over, or
-        decided again in :data:`HEAD_RETRY` seconds (reading paused) until ``until``."""
+        decided again in ``wait`` seconds (reading paused), until ``until``."""
         assert self.transport is not None
         got = self.gate.refusal(request)
         if isinstance(got, Refusal):
@@ -328,15 +330,15 @@ class Connection(asyncio.BufferedProtocol):
             return True
         if got is LATER and self.gate.loop.time() < until:
             self.transport.pause_reading()
-            self.gate.loop.call_later(HEAD_RETRY, self._again, request, until)
+            self.gate.loop.call_later(wait, self._again, request, until, min(2 * wait, RETRY_MAX))
         else:
             self._hand_off()
         return False
 
-    def _again(self, request: h11.Request, until: float) -> None:
+    def _again(self, request: h11.Request, until: float, wait: float) -> None:
         if self.transport is None or self.gone:
             return
-        if self._decide(request, until):
+        if self._decide(request, until, wait):
             self.transport.resume_reading()
             self._events()
 
