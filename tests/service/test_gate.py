@@ -306,7 +306,7 @@ def test_the_head_is_read_while_a_commit_holds_the_file_only_if_no_commit_landed
 def test_a_large_body_handed_over_arrives_whole(pair):
     """The gate hands a connection over at its request's head: the rest of a body far
     larger than what the gate reads at a time is read by the server."""
-    gated, plain = pair
+    gated, _ = pair
     body = b'{"query": "age < 30", "epsilon": 0.001' + b" " * 300_000 + b"}"
     request_ = (
         b"POST /v1/count HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
