@@ -331,3 +331,24 @@ def test_on_postgresql_the_gate_refuses_malformed_tokens_and_hands_over_the_rest
                 raw(s, get("/v1/budget", NOBODY), timeout=0.5)
         assert raw(s, get("/v1/budget", NOBODY)).startswith(b"HTTP/1.1 401")
         assert raw(s, get("/v1/budget", s.tokens["ann"])).startswith(b"HTTP/1.1 200")
+
+
+def test_an_idle_connection_after_a_401_is_closed_as_the_server_closes_it(pair):
+    """uvicorn closes a kept-alive connection idle for 5 s; the gate, after its own 401,
+    does the same (not read_timeout's 30 s)."""
+    import concurrent.futures
+
+    def idle_for(server: Server) -> float:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=20) as sock:
+            sock.sendall(get("/v1/budget"))
+            data = b""
+            while _whole(data) < 1:
+                data += sock.recv(65536)
+            start = time.monotonic()
+            assert sock.recv(65536) == b""  # closed by the other end
+            return time.monotonic() - start
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        mine, theirs = pool.map(idle_for, pair)
+    assert 4 < mine < 7 and 4 < theirs < 7, (mine, theirs)

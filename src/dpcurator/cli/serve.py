@@ -723,21 +723,6 @@ def run(args: argparse.Namespace) -> int:
                 f"max_connections = {limits.max_connections} (ulimit -n); it holds at most "
                 f"{fit} connections at once\n"
             )
-        if use_gate:
-            from dpcurator.service.handoff import GateLink, gate_plan
-
-            gate = GateLink(
-                sock,
-                gate_plan(app),
-                ledger=curator.ledger,
-                read_timeout=limits.read_timeout,
-                max_connections=fit,
-                default_headers=[("server", "uvicorn")],  # uvicorn's, as it writes them
-            )
-        serve_interpreter.tune()
-        curator.warm_solvers()
-        print(f"listening on {url}", flush=True)
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         config = uvicorn.Config(
             app,
             # h11 (never httptools), a deadline for each request, a cap on connections;
@@ -750,6 +735,23 @@ def run(args: argparse.Namespace) -> int:
             ssl_keyfile=key,
             timeout_graceful_shutdown=5,
         )
+        if use_gate:
+            from dpcurator.service.handoff import GateLink, gate_plan
+
+            gate = GateLink(
+                sock,
+                gate_plan(app),
+                ledger=curator.ledger,
+                read_timeout=limits.read_timeout,
+                max_connections=fit,
+                # uvicorn's, as it writes them
+                default_headers=[("server", "uvicorn")] if config.server_header else [],
+                keep_alive=config.timeout_keep_alive,
+            )
+        serve_interpreter.tune()
+        curator.warm_solvers()
+        print(f"listening on {url}", flush=True)
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         stoppable = _stoppable_server(config, curator, gate)
         _serve_until_stopped(stoppable, [] if gate is not None else [sock])
         if stoppable.gate_ended:

@@ -76,6 +76,8 @@ _NO_HASH = "0" * 64
 #: A commit takes milliseconds, a list about as long; the waits grow so that many
 #: requests waiting on a server that does not answer cost the gate little.
 HEAD_RETRY, RETRY_MAX, HEAD_WAIT = 0.002, 0.064, 0.5
+#: Seconds after which a list asked for and not received is asked for again.
+ASK_AGAIN = 1.0
 
 
 class _Later:
@@ -114,13 +116,14 @@ class Gate:
             (k.encode("latin-1"), v.encode("latin-1")) for k, v in settings["default_headers"]
         )
         self.read_timeout = float(settings["read_timeout"])
+        self.keep_alive = float(settings["keep_alive"])
         self.max_connections = int(settings["max_connections"])
         self.ctrl = ctrl
         self.loop = asyncio.get_running_loop()
         self.db = None if settings["ledger"] is None else HeadReader(settings["ledger"])
         self.tokens: dict[str, str] = {}
         self.tokens_head: str | None = None
-        self.asked = False
+        self.asked_at: float | None = None  # when the list was last asked for
         self.connections: dict[Connection, None] = {}  # longest open first
         self.handing: dict[Connection, bytes] = {}  # handed over, not yet sent
         self.retrying = False
@@ -137,6 +140,8 @@ class Gate:
                 name == b"content-length" and value == b"0"
             ):
                 return None  # a body: the server's (it may read it first)
+            if name == b"expect":
+                return None  # the server writes 100 Continue first (it reads every body)
             if name == b"authorization":
                 authorization.append(value)
         if not authorization:
@@ -174,16 +179,23 @@ class Gate:
         return None if self.db is None else self.db.head()
 
     def _ask(self) -> None:
-        if not self.asked:
-            self.asked = True
-            with contextlib.suppress(OSError):
-                self.ctrl.send(REFRESH)
+        """Ask the server for the tokens in force; again after :data:`ASK_AGAIN` seconds
+        without a list (an ask dropped on a full socket pair, a list the server could
+        not read), at the next request that needs one."""
+        now = self.loop.time()
+        if self.asked_at is not None and now - self.asked_at < ASK_AGAIN:
+            return
+        try:
+            self.ctrl.send(REFRESH)
+        except OSError:
+            return  # (full: the next try asks)
+        self.asked_at = now
 
     def take_tokens(self, message: bytes) -> None:
         got = json.loads(message)
         self.tokens = {str(k): str(v) for k, v in got["tokens"].items()}
         self.tokens_head = str(got["head"])
-        self.asked = False
+        self.asked_at = None
 
     # --- answers and handovers ----------------------------------------------------------
 
@@ -247,7 +259,13 @@ class Gate:
 
 class Connection(asyncio.BufferedProtocol):
     """One client connection while the gate holds it: its requests read with h11 until
-    one is not the gate's to refuse."""
+    one is not the gate's to refuse.
+
+    Reading runs only while nothing stops it: no request waiting to be decided, no
+    answer the client has not taken (asyncio calls ``pause_writing`` at the first byte
+    left unsent), not handed over. So what the gate holds of a connection stays within
+    one read and the answers to it, and a client that takes no answers has
+    ``read_timeout`` seconds before it is closed, as in the server."""
 
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
@@ -256,8 +274,11 @@ class Connection(asyncio.BufferedProtocol):
         self.unanswered = bytearray()  # read since the last answer: what a handover carries
         self.transport: asyncio.Transport | None = None
         self.deadline: asyncio.TimerHandle | None = None
+        self.idle: asyncio.TimerHandle | None = None  # uvicorn's keep-alive, after an answer
         self.pending: Refusal | None = None
-        self.gone = False
+        self.gone = False  # closed, closing or handed over: nothing more is read here
+        self.deciding = False  # a request waits to be decided (Gate.refusal said LATER)
+        self.write_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -266,10 +287,11 @@ class Connection(asyncio.BufferedProtocol):
         # moment a connection handed over with output pending may go
         transport.set_write_buffer_limits(high=0)
         self.gate.opened(self)
-        self._arm("did not send a whole request")
+        self._arm(_REQUEST)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._not_idle()
         self.gone = True
         self.gate.closed(self)
         self.transport = None
@@ -278,6 +300,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(self.buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._not_idle()
         data = bytes(self.buffer[:nbytes])
         self.unanswered += data
         self.h11.receive_data(data)
@@ -289,25 +312,37 @@ class Connection(asyncio.BufferedProtocol):
         return False
 
     def pause_writing(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
-        self._arm("did not take its answer")
+        self.write_paused = True
+        self._reading()
+        self._arm(_TAKE)
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         if self.transport is None:
             return
         if self in self.gate.handing:
             self.gate.send_handoffs()
         elif not self.gone:
-            self.transport.resume_reading()
-            self._arm("did not send a whole request")
+            self._arm(_REQUEST)
+            self._reading()
+            self._events()
+
+    def _reading(self) -> None:
+        """Read on exactly when nothing stops it (the class docstring)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if self.gone or self.deciding or self.write_paused:
+            t.pause_reading()
+        else:
+            t.resume_reading()
 
     def _events(self) -> None:
-        while self.transport is not None and not self.gone:
+        while self.transport is not None and not (self.gone or self.deciding or self.write_paused):
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError:
-                self._hand_off()  # the server answers it (as it always has)
+                self._malformed()
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
                 return
@@ -323,15 +358,17 @@ class Connection(asyncio.BufferedProtocol):
     def _decide(self, request: h11.Request, until: float, wait: float) -> bool:
         """Decide ``request``: refused (True: read on, to its end), handed over, or
         decided again in ``wait`` seconds (reading paused), until ``until``."""
-        assert self.transport is not None
         got = self.gate.refusal(request)
         if isinstance(got, Refusal):
+            self.deciding = False
             self.pending = got
             return True
         if got is LATER and self.gate.loop.time() < until:
-            self.transport.pause_reading()
+            self.deciding = True
+            self._reading()
             self.gate.loop.call_later(wait, self._again, request, until, min(2 * wait, RETRY_MAX))
         else:
+            self.deciding = False
             self._hand_off()
         return False
 
@@ -339,28 +376,65 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is None or self.gone:
             return
         if self._decide(request, until, wait):
-            self.transport.resume_reading()
+            self._reading()
             self._events()
 
     def _answer(self, refusal: Refusal) -> None:
         assert self.transport is not None
         self.pending = None
-        self._arm("did not send a whole request")  # (writing may pause: then "take")
+        self._arm(_REQUEST)  # from the end of this answer (writing may pause: then _TAKE)
         self.transport.write(self.gate.answer(self.h11, refusal))
         if self.h11.our_state is h11.MUST_CLOSE:
-            self._arm("did not take its answer")  # asyncio holds it until it is sent
-            self.transport.close()
-            self.gone = True
+            self._close()
             return
         self.h11.start_next_cycle()
         self.unanswered = bytearray(self.h11.trailing_data[0])
+        if not self.unanswered:
+            self.idle = self.gate.loop.call_later(self.gate.keep_alive, self._close)
+
+    def _malformed(self) -> None:
+        """A request h11 cannot read. On a connection the gate has answered before, the
+        server's h11 would know the client's HTTP version: answer as uvicorn does then
+        (its 400, then close). Else the server reads the same bytes from the start."""
+        if self.h11.their_http_version is None or self.h11.our_state is not h11.IDLE:
+            self._hand_off()
+            return
+        assert self.transport is not None
+        log.warning("Invalid HTTP request received.")
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+        reason = HTTPStatus(400).phrase.encode()
+        self.transport.write(
+            b"".join(
+                [
+                    self.h11.send(h11.Response(status_code=400, headers=headers, reason=reason)),
+                    self.h11.send(h11.Data(data=b"Invalid HTTP request received.")),
+                    self.h11.send(h11.EndOfMessage()) or b"",
+                ]
+            )
+        )
+        self._close()
+
+    def _close(self) -> None:
+        """Close once the answers are sent (within ``read_timeout``, else aborted)."""
+        self._not_idle()
+        self.gone = True
+        self.gate.closed(self)
+        if self.transport is not None and not self.transport.is_closing():
+            self._arm(_TAKE)  # asyncio holds a closed connection until its output is sent
+            self.transport.close()
 
     def _hand_off(self) -> None:
         assert self.transport is not None
         self.gone = True
-        self._arm("did not take its answer")  # (only while an answer is unsent)
-        self.transport.pause_reading()
+        self._not_idle()
+        self._arm(_TAKE)  # (only while an answer is unsent)
+        self._reading()
         self.gate.hand_off(self, bytes(self.unanswered))
+
+    def _not_idle(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
 
     def _arm(self, what: str) -> None:
         self._disarm()
@@ -378,10 +452,15 @@ class Connection(asyncio.BufferedProtocol):
 
     def abort(self) -> None:
         self._disarm()
+        self._not_idle()
         self.gone = True
         self.gate.closed(self)  # now: the next connection past the cap closes another
         if self.transport is not None:
             self.transport.abort()
+
+
+#: What a connection's deadline waits for (the words of its note when it passes).
+_REQUEST, _TAKE = "did not send a whole request", "did not take its answer"
 
 
 class HeadReader:

@@ -140,6 +140,7 @@ class GateLink:
         read_timeout: float,
         max_connections: int,
         default_headers: list[tuple[str, str]],
+        keep_alive: float,
     ) -> None:
         self.ledger = ledger
         self.ctrl, theirs_ctrl = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -153,6 +154,7 @@ class GateLink:
             "read_timeout": read_timeout,
             "max_connections": max_connections,
             "default_headers": default_headers,
+            "keep_alive": keep_alive,
             "server_pid": os.getpid(),
         }
         try:
@@ -238,7 +240,7 @@ class GateLink:
     async def _send_tokens(self) -> None:
         try:
             got = await asyncio.to_thread(self.ledger.tokens_in_force)
-        except DpCuratorError as err:  # the gate asks again at its next unknown token
+        except DpCuratorError as err:  # the gate asks again (gate.ASK_AGAIN)
             log.error("cannot read the tokens in force for the gate: %s", err)
             return
         if got is None or self._writer is None:
