@@ -20,9 +20,11 @@ and body, taken from the application at start; the ``date`` is now's). A token i
 judged not in force on the server's list of tokens (key and secret hash, compared in
 constant time as the ledger does, :func:`dpcurator.curator.credentials.matches`) only
 while the ledger file's analysts' head is still the one that list was read at (one
-SQLite statement that never waits); when it is not, or on PostgreSQL, the request goes
-to the server, and the gate asks for a new list. Anything else, a malformed request
-included, goes to the server, which answers it as it always has.
+SQLite statement that never waits); when it is not, the gate asks for a new list and
+waits for it (a request handed over takes its connection to the server for good). On
+PostgreSQL there is no such head, and every well-formed token goes to the server.
+Anything else, a malformed request included, goes to the server, which answers it as
+it always has.
 
 How it hands a connection over. The socket itself, passed over a Unix socket pair
 (``SCM_RIGHTS``) with the bytes the gate has read of it since its last answer; the
@@ -59,6 +61,7 @@ from typing import Any
 import h11
 
 from dpcurator.curator.credentials import bearer_token, matches, split_token
+from dpcurator.service.connection_notes import note as _note
 
 log = logging.getLogger("dpcurator.gate")
 
@@ -521,12 +524,6 @@ class HeadReader:
             return os.pread(fd, 4, 24)
         finally:
             os.close(fd)
-
-
-def _note(what: str) -> None:
-    from dpcurator.service.http_protocol import _note as note
-
-    note(what)
 
 
 async def _read_tokens(gate: Gate, tokens: socket.socket) -> None:

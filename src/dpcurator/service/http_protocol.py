@@ -35,17 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import sys
-import time
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dpcurator.errors import InvalidParameter
+from dpcurator.service.connection_notes import note as _note
 from dpcurator.service.limits import Limits
-
-log = logging.getLogger(__name__)
 
 #: Connections the event loop accepts at once (the listening socket's backlog, and how
 #: many asyncio accepts in one go before the protocol sees any: a burst of connections
@@ -267,25 +264,6 @@ def noting_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any
         _note("no file descriptor left to accept a connection (ulimit -n)")
         return
     loop.default_exception_handler(context)
-
-
-#: How often (seconds) :func:`_note` logs at most, per kind: connections closed by the
-#: thousand a second would otherwise be log lines by the thousand.
-NOTE_EVERY = 10.0
-_noted: dict[str, tuple[float, int]] = {}
-
-
-def _note(what: str) -> None:
-    """Log ``what`` (a connection closed, an accept failed): the first at once, then
-    one line per :data:`NOTE_EVERY` seconds with how many there were."""
-    now = time.monotonic()
-    last, skipped = _noted.get(what, (-NOTE_EVERY, 0))
-    if now - last < NOTE_EVERY:
-        _noted[what] = (last, skipped + 1)
-        return
-    more = f" (and {skipped} more since the last note)" if skipped else ""
-    log.warning("%s%s", what, more)
-    _noted[what] = (now, 0)
 
 
 def protocol(limits: Limits) -> type[GuardedH11Protocol]:
