@@ -250,3 +250,20 @@ def assert_error(r: httpx.Response, status: int, reason: str | None = None) -> d
     if reason is not None:
         assert body["error"] == reason, body
     return body
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    """A server with its gate (dpcurator.service.gate) and one without, on one data set,
+    each with analysts ``ann`` and ``bo``: the same request to both must get the same
+    answer."""
+    base = tmp_path_factory.mktemp("gate")
+    data = write_people(base)
+    with (
+        running(base / "gated", data=data, config=FAST) as gated,
+        running(base / "plain", data=data, config=FAST + "gate = false\n") as plain,
+    ):
+        for s in (gated, plain):
+            s.add("ann")
+            s.add("bo")
+        yield gated, plain

@@ -89,21 +89,6 @@ def stopped(server: Server) -> Iterator[None]:
         os.kill(server.proc.pid, signal.SIGCONT)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
-    """A server with its gate and one without, on one data set and ledger each."""
-    base = tmp_path_factory.mktemp("gate")
-    data = write_people(base)
-    with (
-        running(base / "gated", data=data, config=FAST) as gated,
-        running(base / "plain", data=data, config=FAST + "gate = false\n") as plain,
-    ):
-        for s in (gated, plain):
-            s.add("ann")
-            s.add("bo")
-        yield gated, plain
-
-
 def test_the_plan_is_the_applications_own(tmp_path):
     data = write_people(tmp_path)
     with Curator.open(data[0], data[1], budget=PureDP(1.0), ledger=tmp_path / "l.db") as c:

@@ -16,30 +16,16 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from dpcurator.service import gate as G
 
-from .conftest import FAST, Server, add_analyst, running, write_people
+from .conftest import FAST, Server, add_analyst, running
 from .test_gate import NOBODY, get, raw, stopped, undated
 
 MISSING = b"GET /v1/budget HTTP/1.1\r\nHost: x\r\n\r\n"
 UNKNOWN = get("/v1/budget", NOBODY)
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
-    base = tmp_path_factory.mktemp("redgate")
-    data = write_people(base)
-    with (
-        running(base / "gated", data=data, config=FAST) as gated,
-        running(base / "plain", data=data, config=FAST + "gate = false\n") as plain,
-    ):
-        for s in (gated, plain):
-            s.add("ann")
-        yield gated, plain
 
 
 def _all(server: Server, request: bytes, timeout: float = 2.0) -> bytes:
