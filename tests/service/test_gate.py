@@ -337,3 +337,27 @@ def test_an_idle_connection_after_a_401_is_closed_as_the_server_closes_it(pair):
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         mine, theirs = pool.map(idle_for, pair)
     assert 4 < mine < 7 and 4 < theirs < 7, (mine, theirs)
+
+
+def test_in_wal_mode_the_head_is_never_taken_from_the_counter(tmp_path):
+    """In WAL mode a commit reaches the main file only at a checkpoint, so its change
+    counter says nothing: a locked-out read then cannot tell (someone may switch a
+    ledger to WAL while the server runs)."""
+    import sqlite3
+
+    from dpcurator.service.gate import HeadReader
+
+    path = tmp_path / "l.db"
+    data = write_people(tmp_path)
+    with Curator.open(data[0], data[1], budget=PureDP(1.0), ledger=path) as c:
+        c.add_analyst("ann")
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+    writer.execute("PRAGMA journal_mode=WAL")
+    reader = HeadReader(str(path))
+    head = reader.head()
+    assert head is not None
+    writer.execute("UPDATE meta SET value = 'moved' WHERE key = 'analysts_head'")
+    assert reader.head() == "moved"  # (a reader in WAL is not locked out)
+    writer.execute("UPDATE meta SET value = 'again' WHERE key = 'analysts_head'")
+    assert reader._unchanged() is None  # were it locked out: cannot tell
+    writer.close()

@@ -168,7 +168,9 @@ class MomentsPart:
     missing: int | None
     squares: bool
 
-    def total(self, n: int, below: int, above: int, mid: int, s: int, s2: int | None) -> tuple[int, int, int | None]:
+    def total(
+        self, n: int, below: int, above: int, mid: int, s: int, s2: int | None
+    ) -> tuple[int, int, int | None]:
         """(rows, sum of clipped values, sum of their squares) in units, exactly, from the
         engine's counts and code sums: below the clip the offset is 0, above it span, in
         it scale * code + shift."""
@@ -265,7 +267,11 @@ def grouped_result(
         c = g.cell_of([np.asarray(table[columns[i]], np.int64) for i in range(k)])
         if not k:
             c = np.zeros(len(table[columns[-1]]), np.int64)
-        codes[name] = (c, np.asarray(table[columns[at]], np.int64), np.asarray(table[columns[-1]], np.int64))
+        codes[name] = (
+            c,
+            np.asarray(table[columns[at]], np.int64),
+            np.asarray(table[columns[-1]], np.int64),
+        )
     return GroupedCounts(rows, tuple(held), tuple(moments_out), codes)
 
 

@@ -640,7 +640,12 @@ class Loader:
         codes = [code_column(i) for i in range(len(schema.attributes))]
         copy = [] if self.unit_rows == 1 else ["CAST(__copy AS VARCHAR)"]
         text = ", ".join(
-            ["?", *(f"CAST({c} AS VARCHAR)" for c in codes), *copy, _id_text(id_type, self.unit_rows)]
+            [
+                "?",
+                *(f"CAST({c} AS VARCHAR)" for c in codes),
+                *copy,
+                _id_text(id_type, self.unit_rows),
+            ]
         )
         valid = f"SELECT {', '.join(sel)}, __id FROM {ident(self.stage)}{where}"
         if self.unit_rows != 1:  # each row's number among its unit's identical rows

@@ -447,7 +447,7 @@ def _stoppable_server(config: Any, curator: Any, gate: Any = None) -> Any:
             self.gate_ended = False
 
         async def startup(self, sockets: Any = None) -> None:
-            from dpcurator.service.http_protocol import noting_accept_errors
+            from dpcurator.service.connection_notes import noting_accept_errors
 
             asyncio.get_running_loop().set_exception_handler(noting_accept_errors)
             await super().startup(sockets=sockets)
@@ -736,18 +736,25 @@ def run(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=5,
         )
         if use_gate:
-            from dpcurator.service.handoff import GateLink, gate_plan
+            from dpcurator.service.handoff import GateError, GateLink, gate_plan
 
-            gate = GateLink(
-                sock,
-                gate_plan(app),
-                ledger=curator.ledger,
-                read_timeout=limits.read_timeout,
-                max_connections=fit,
-                # uvicorn's, as it writes them
-                default_headers=[("server", "uvicorn")] if config.server_header else [],
-                keep_alive=config.timeout_keep_alive,
-            )
+            try:
+                gate = GateLink(
+                    sock,
+                    gate_plan(app),
+                    ledger=curator.ledger,
+                    read_timeout=limits.read_timeout,
+                    max_connections=fit,
+                    # uvicorn's, as it writes them
+                    default_headers=[("server", "uvicorn")] if config.server_header else [],
+                    keep_alive=config.timeout_keep_alive,
+                )
+            except GateError as err:
+                if "gate" in server:  # asked for: its failure is the server's
+                    raise
+                sys.stderr.write(f"dpcurator serve: note: {err}; serving without it\n")
+            else:
+                sock.close()  # the gate's now: closed with it, new clients are refused
         serve_interpreter.tune()
         curator.warm_solvers()
         print(f"listening on {url}", flush=True)

@@ -219,7 +219,7 @@ class AnalystsChain:
 
         For the server's gate (:mod:`dpcurator.service.gate`), a process of its own that
         refuses an unknown token without this ledger, and only while the SQLite file's
-        analysts' head is still this one (one statement it can read at once)."""
+        analysts' head is still this one (a read that never waits)."""
         if self.analysts_file is None:
             return None
         self._tokens(wait=True)

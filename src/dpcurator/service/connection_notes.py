@@ -5,8 +5,11 @@ imports no more than this."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import time
+from typing import Any
 
 # the server's log lines keep the name they always had
 log = logging.getLogger("dpcurator.service.http_protocol")
@@ -28,3 +31,15 @@ def note(what: str) -> None:
     more = f" (and {skipped} more since the last note)" if skipped else ""
     log.warning("%s%s", what, more)
     _noted[what] = (now, 0)
+
+
+def noting_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: an accept that failed for want of file
+    descriptors is noted (:func:`note`), not logged with its traceback each time (a
+    burst of connections at the limit logged one a millisecond); anything else as
+    asyncio would."""
+    err = context.get("exception")
+    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+        note("no file descriptor left to accept a connection (ulimit -n)")
+        return
+    loop.default_exception_handler(context)

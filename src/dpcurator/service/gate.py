@@ -6,7 +6,7 @@ Why. A 401 needs no data and no budget, but in the server it waits for the event
 loop, and the event loop for the interpreter lock. Under a flood of exact checks and
 2,000-query batches (benchmarks/stall.py, 2 cores at 0% idle) the thread holding that
 lock is often off the CPU, and a 401 answered in under a millisecond of work took up
-to 70-150 ms. A process that is idle between requests is woken at once by the kernel
+to 35-150 ms. A process that is idle between requests is woken at once by the kernel
 and holds no lock anyone else needs: in the same runs, a trivial server of its own
 answered within 5-20 ms.
 
@@ -19,8 +19,8 @@ names a token not in force. The 401 is the server's own, byte for byte (its head
 and body, taken from the application at start; the ``date`` is now's). A token is
 judged not in force on the server's list of tokens (key and secret hash, compared in
 constant time as the ledger does, :func:`dpcurator.curator.credentials.matches`) only
-while the ledger file's analysts' head is still the one that list was read at (one
-SQLite statement that never waits); when it is not, the gate asks for a new list and
+while the ledger file's analysts' head is still the one that list was read at (a read
+that never waits, :class:`HeadReader`); when it is not, the gate asks for a new list and
 waits for it (a request handed over takes its connection to the server for good). On
 PostgreSQL there is no such head, and every well-formed token goes to the server.
 Anything else, a malformed request included, goes to the server, which answers it as
@@ -62,6 +62,7 @@ import h11
 
 from dpcurator.curator.credentials import bearer_token, matches, split_token
 from dpcurator.service.connection_notes import note as _note
+from dpcurator.service.connection_notes import noting_accept_errors
 
 log = logging.getLogger("dpcurator.gate")
 
@@ -238,7 +239,7 @@ class Gate:
                     self.loop.call_later(0.002, self._retry)
                 return
             except OSError as err:
-                log.error("cannot hand a connection to the server: %s", err)
+                _note(f"cannot hand a connection to the server: {err.strerror or err}")
                 transport.abort()
                 continue
             del self.handing[connection]
@@ -310,9 +311,12 @@ class Connection(asyncio.BufferedProtocol):
         self._events()
 
     def eof_received(self) -> bool:
-        self.h11.receive_data(b"")
-        self._events()
-        return False
+        """The client sent all it will (uvicorn reads nothing more either): a connection
+        being handed over goes as it is; any other is closed once its answers are sent."""
+        if self.gone or self.deciding:
+            return True
+        self._close()
+        return True
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -367,6 +371,7 @@ class Connection(asyncio.BufferedProtocol):
             self.pending = got
             return True
         if got is LATER and self.gate.loop.time() < until:
+            self._disarm()  # the request is whole: the server never times one out
             self.deciding = True
             self._reading()
             self.gate.loop.call_later(wait, self._again, request, until, min(2 * wait, RETRY_MAX))
@@ -483,13 +488,17 @@ class HeadReader:
         from dpcurator.curator.stores.sqlite import lookup_connection
 
         self.path = path
-        self.inode = os.stat(path).st_ino
         self.db = lookup_connection(path)
-        self.last: tuple[bytes, object] | None = None  # (change counter, head) read together
+        # one descriptor for the reader's life: closing any descriptor of a file drops
+        # the process's POSIX locks on it, SQLite's read lock among them
+        self.fd = os.open(path, os.O_RDONLY)
+        st = os.fstat(self.fd)
+        self.file = (st.st_dev, st.st_ino)
+        self.last: tuple[bytes | None, object] | None = None  # (counter, head), read together
 
     def head(self) -> object:
         try:
-            if os.stat(self.path).st_ino != self.inode:
+            if not self._same_file():
                 return None
             self.db.execute("BEGIN")
             try:
@@ -509,21 +518,27 @@ class HeadReader:
         return head
 
     def _unchanged(self) -> object:
-        if self.last is None:
+        if self.last is None or self.last[0] is None:
             return None
         try:
-            return self.last[1] if self._counter() == self.last[0] else None
+            same = self._same_file() and self._counter() == self.last[0]
         except OSError:
             return None
+        return self.last[1] if same else None
 
-    def _counter(self) -> bytes:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            if os.fstat(fd).st_ino != self.inode:
-                raise OSError("the ledger file was replaced")
-            return os.pread(fd, 4, 24)
-        finally:
-            os.close(fd)
+    def _same_file(self) -> bool:
+        st = os.stat(self.path)
+        return (st.st_dev, st.st_ino) == self.file
+
+    def _counter(self) -> bytes | None:
+        """The file change counter, or None where it does not grow with each commit:
+        bytes 18 and 19 of the header are 1 in the rollback-journal modes the ledger
+        uses, 2 in WAL mode (someone may switch a file to WAL while the server runs),
+        where a commit reaches the main file only at a checkpoint."""
+        header = os.pread(self.fd, 10, 18)
+        if len(header) < 10 or header[0] != 1 or header[1] != 1:
+            return None
+        return header[6:10]
 
 
 async def _read_tokens(gate: Gate, tokens: socket.socket) -> None:
@@ -548,6 +563,7 @@ async def _run(settings: dict[str, Any]) -> None:
     tokens = socket.socket(fileno=settings["tokens_fd"])
     ctrl.setblocking(False)
     gate = Gate(settings, ctrl)
+    loop.set_exception_handler(noting_accept_errors)
     server = await loop.create_server(lambda: Connection(gate), sock=listener, backlog=128)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

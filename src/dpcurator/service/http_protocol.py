@@ -34,7 +34,6 @@ before it.
 from __future__ import annotations
 
 import asyncio
-import errno
 import sys
 from typing import Any, ClassVar
 
@@ -252,18 +251,6 @@ def _kernel_unsent(sock: Any) -> int:
     except (ImportError, AttributeError, OSError, ValueError):
         return 0
     return int.from_bytes(out, sys.byteorder, signed=True)
-
-
-def noting_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The event loop's exception handler: an accept that failed for want of file
-    descriptors is noted (:func:`_note`), not logged with its traceback each time (a
-    burst of connections at the limit logged one a millisecond); anything else as
-    asyncio would."""
-    err = context.get("exception")
-    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
-        _note("no file descriptor left to accept a connection (ulimit -n)")
-        return
-    loop.default_exception_handler(context)
 
 
 def protocol(limits: Limits) -> type[GuardedH11Protocol]:

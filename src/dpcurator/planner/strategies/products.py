@@ -192,9 +192,7 @@ def factor_scale(budget: PlanBudget, d: int) -> int:
     return k
 
 
-def plan_products(
-    dom: AtomDomain, omega: np.ndarray | None, budget: PlanBudget
-) -> StrategyPlan:
+def plan_products(dom: AtomDomain, omega: np.ndarray | None, budget: PlanBudget) -> StrategyPlan:
     """The Kronecker product of per-attribute p-Identity strategies on the workload's
     atom domain ``dom``, optimised for ``omega`` (None: equal weights; the figures then
     report the largest variance)."""
