@@ -2,8 +2,8 @@
 deadline enforced in the worker, a worker that dies or overruns replaced, nothing
 charged for an undecided request, and no worker left behind by close.
 
-Real curators over a real CSV file; the workers are real processes (fresh interpreters),
-killed here with real signals.
+Real curators over a real CSV file; the workers are real processes (forks of a fresh
+template interpreter), killed here with real signals.
 """
 
 from __future__ import annotations
@@ -110,7 +110,9 @@ def hard_curator(tmp_path, **kw) -> Curator:
     g = np.random.default_rng(0)
     pd.DataFrame({a: g.choice(values, 300) for a in attrs}).to_csv(tmp_path / "h.csv", index=False)
     (tmp_path / "h.json").write_text(
-        json.dumps({"attributes": [{"name": a, "type": "categorical", "values": values} for a in attrs]})
+        json.dumps(
+            {"attributes": [{"name": a, "type": "categorical", "values": values} for a in attrs]}
+        )
     )
     r = random.Random(1)
 
@@ -137,7 +139,9 @@ def hard_curator(tmp_path, **kw) -> Curator:
 
 
 def test_the_deadline_is_enforced_in_the_worker_and_nothing_is_charged(tmp_path):
-    c = hard_curator(tmp_path, request_time_limit=0.3, solver_time_limit=30.0, solver_processes=True)
+    c = hard_curator(
+        tmp_path, request_time_limit=0.3, solver_time_limit=30.0, solver_processes=True
+    )
     try:
         assert c._processes is not None and c._processes.start() == c._processes.workers
         before = c._ledger.head[0]
@@ -201,7 +205,9 @@ def test_a_late_worker_is_drained_and_serves_again(tmp_path):
     deadline) is undecided at once, nothing charged; the worker is not killed: once it
     runs again it stops at its own look at the deadline, its late reply is dropped, and
     it serves the next request (no fresh interpreter to start)."""
-    c = hard_curator(tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True)
+    c = hard_curator(
+        tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True
+    )
     procs = c._processes
     assert procs is not None and procs.start() == procs.workers
     try:
@@ -273,7 +279,9 @@ def test_a_worker_that_never_reads_cannot_hold_a_request(tmp_path):
     larger than the pipe cannot even be written) and no reply comes. The request is
     undecided at its deadline, nothing charged, and the stopped worker is killed (at
     once, or once it has not replied within DRAIN seconds)."""
-    c = hard_curator(tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True)
+    c = hard_curator(
+        tmp_path, request_time_limit=1.0, solver_time_limit=30.0, solver_processes=True
+    )
     procs = c._processes
     assert procs is not None and procs.start() == procs.workers
     workers = list(procs._free)
@@ -457,6 +465,125 @@ def test_close_kills_every_worker(small, tmp_path):
         assert p.poll() is not None
 
 
+def stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, ...)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def ended(pid: int, within: float) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``within`` seconds."""
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        try:
+            if stat(pid)[0] in ("Z", "X"):
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_workers_are_forks_of_one_single_threaded_template(small, tmp_path):
+    """Each worker's parent is the template, a fresh interpreter started by the curator
+    (not a fork of it); the template and every worker run one thread (a fork copies a
+    whole process, and a worker takes one core)."""
+    _, c = decisions(small, tmp_path, "p.db", True)
+    try:
+        procs = c._processes
+        assert procs is not None and len(procs._free) == procs.workers
+        template = procs._template
+        assert template is not None
+        assert int(stat(template.process.pid)[1]) == os.getpid()
+        assert "solver_worker" in Path(f"/proc/{template.process.pid}/cmdline").read_text()
+        pids = {w.process.pid for w in procs._free}
+        assert len(pids) == procs.workers
+        for pid in [template.process.pid, *pids]:
+            assert len(os.listdir(f"/proc/{pid}/task")) == 1
+        assert {int(stat(pid)[1]) for pid in pids} == {template.process.pid}
+    finally:
+        c.close()
+
+
+def test_a_dead_template_is_replaced_and_its_workers_serve_on(small, tmp_path):
+    """With the template and every idle worker killed, the next checks get workers from
+    a new template (a dead idle worker is never handed a job): the same decisions as
+    in threads, none undecided."""
+    data, schema = small
+    c = Curator.open(
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "d.db",
+        solver_processes=True,
+    )  # fmt: skip
+    t = Curator.open(
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "t.db",
+        solver_processes=False,
+    )  # fmt: skip
+    try:
+        procs = c._processes
+        assert procs is not None
+        procs.local_cells = 0
+        assert procs.start() == procs.workers
+        first = procs._template
+        assert first is not None
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.wait(5)
+        dead = {w.process.pid for w in procs._free}
+        for pid in dead:
+            os.kill(pid, signal.SIGKILL)
+        assert all(ended(pid, 5) for pid in dead)
+        r1, r2 = random.Random(3), random.Random(3)
+        for _ in range(30):
+            q = boolean_request(r1)
+            assert q == boolean_request(r2)
+            outcomes = []
+            for cur in (c, t):
+                try:
+                    cur.count(q, epsilon=1.0)
+                    outcomes.append(True)
+                except BudgetExceeded:
+                    outcomes.append(False)
+            assert outcomes[0] == outcomes[1]
+        assert procs._template is not None and procs._template is not first
+        assert procs._template.alive()
+        assert procs._free and not dead & {w.process.pid for w in procs._free}
+    finally:
+        c.close()
+        t.close()
+
+
+KILLED = """
+import json, sys, time
+from dpcurator import Curator
+from dpcurator.privacy import PureDP
+
+c = Curator.open(data=sys.argv[1], schema=sys.argv[2], budget=PureDP(6), ledger=None)
+p = c._processes
+p.start(60)
+print(json.dumps([p._template.process.pid, *[w.process.pid for w in p._free]]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_curator_killed_leaves_no_template_and_no_worker(small, tmp_path):
+    """SIGKILL to the process that holds the curator: the template reads the end of its
+    socket, each worker the end of its jobs' pipe, and all end by themselves."""
+    import subprocess
+    import sys
+
+    data, schema = small
+    p = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(data), str(schema)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        pids = json.loads(p.stdout.readline())
+        assert len(pids) == 5 and all(not ended(pid, 0) for pid in pids)
+    finally:
+        p.kill()
+        p.wait(10)
+    assert all(ended(pid, 10) for pid in pids), [stat(pid) for pid in pids if not ended(pid, 0)]
+
+
 def test_workers_search_at_a_lower_priority_than_the_server(small, tmp_path):
     """A worker's niceness (the 19th field of /proc/PID/stat) is NICENESS above the
     server's: the kernel gives the server's threads a core first."""
@@ -503,9 +630,10 @@ c.close()
 
 @pytest.mark.parametrize("how", ["stdin", "file"])
 def test_a_script_without_a_main_guard_gets_workers_and_runs_once(small, tmp_path, how):
-    """The workers are fresh interpreters: a script read from stdin starts them, and a
-    script's top-level code (no ``if __name__ == "__main__"``) runs in its own process
-    only. A fork server's children would import the caller's ``__main__`` again."""
+    """The workers' template is a fresh interpreter: a script read from stdin starts
+    them, and a script's top-level code (no ``if __name__ == "__main__"``) runs in its
+    own process only. :mod:`multiprocessing`'s children would import the caller's
+    ``__main__`` again."""
     import subprocess
     import sys
 

@@ -20,17 +20,18 @@ moment later; its reply is read and dropped and it serves again. One that has no
 replied within :data:`DRAIN` seconds is killed (and replaced on the next request), so an
 overrun cannot hold a worker. Closing the curator kills the workers.
 
-Workers are fresh interpreters running :mod:`dpcurator.curator.solver_worker`, started
-on first need, one at a time (an interpreter takes a few tenths of a second to import the
-solver; four started at once would take both cores from the requests they are meant to
-help). A request waits for a worker, within its deadline, rather than search in its own
+Workers are forks of one *template*, a fresh interpreter that imports the solver only
+(:mod:`dpcurator.curator.solver_template`): the template takes a few tenths of a second
+to start, each worker a few milliseconds, so a burst of checks after a restart has its
+workers at once instead of one every half second. They start on first need, one at a
+time. A request waits for a worker, within its deadline, rather than search in its own
 thread: there the search would hold the interpreter lock for up to the solver's time
 limit. Only the first check of a pool no one warmed runs in its request's thread, while
-the first worker starts (``dpcurator serve`` warms its pool as it starts: there no check
-ever searches in a request's thread). They are not children made by
-:mod:`multiprocessing` (spawn or a fork server): those import the caller's ``__main__``
-again, so a script's top-level code would run in every worker, and a script read from
-stdin could start none.
+the template and the first worker start (``dpcurator serve`` warms its pool as it
+starts: there no check ever searches in a request's thread). Neither the template nor the
+workers are children made by :mod:`multiprocessing` (spawn or its fork server): those
+import the caller's ``__main__`` again, so a script's top-level code would run in every
+worker, and a script read from stdin could start none.
 
 Workers run at :data:`NICENESS` 10: the kernel gives a core to the server (its event loop,
 the requests' threads, the group commit) whenever it wants one, and the search takes the
@@ -50,15 +51,12 @@ public requests and the server's load, never on the data.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
 import pickle
 import select
 import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -67,6 +65,7 @@ from multiprocessing.connection import Connection
 
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
+from dpcurator.curator.solver_template import Template, WorkerProcess
 from dpcurator.curator.table_index import Charge
 from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
@@ -94,14 +93,6 @@ START_TIMEOUT = 60.0
 NICENESS = 10
 
 _log = logging.getLogger(__name__)
-
-#: What a worker's interpreter runs: the parent's import path (a source checkout, a
-#: path added at run time), then the worker module.
-_BOOT = (
-    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from dpcurator.curator.solver_worker import main; main()"
-)
-
 
 #: A job's frame on the pipe to a worker: its length, then the pickled job.
 _FRAME = struct.Struct("!Q")
@@ -174,22 +165,14 @@ def _widen(fd: int, need: int) -> None:
 
 
 class _Worker:
-    """One worker interpreter and the two ends of its pipes."""
+    """One worker process and the server's ends of its two pipes."""
 
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, json.dumps(sys.path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
-        assert self.process.stdin is not None and self.process.stdout is not None
+    def __init__(self, process: WorkerProcess, jobs: int, recv: Connection) -> None:
+        self.process = process
         #: where jobs are written, without blocking (see :meth:`give`)
-        self.jobs = os.dup(self.process.stdin.fileno())
+        self.jobs = jobs
         os.set_blocking(self.jobs, False)
-        self.recv = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-        self.process.stdin.close()
-        self.process.stdout.close()
+        self.recv = recv
 
     def ready(self, until: float, closed: threading.Event) -> bool:
         """Whether it said it is ready before ``until`` (a point of the monotonic clock)."""
@@ -248,6 +231,7 @@ class SolverProcesses:
         self._failed = False  # a worker could not start: every check in its thread
         self._closed = threading.Event()
         self._cond = threading.Condition()
+        self._template: Template | None = None  # started with the first worker
 
     def _count(self) -> int:
         """Workers ready or busy. Under ``self._cond``. A worker draining a late reply
@@ -277,9 +261,10 @@ class SolverProcesses:
             return self._count()
 
     def warm(self) -> None:
-        """Start one worker in the background now, without waiting for it: a server's
-        first exact check then waits for it (a few tenths of a second) rather than
-        search in the request's thread (see :meth:`_take`)."""
+        """Start the template and one worker in the background now, without waiting
+        for them: a server's first exact check then waits for its worker (the template's
+        few tenths of a second) rather than search in the request's thread (see
+        :meth:`_take`)."""
         with self._cond:
             self._wanted = max(self._wanted, 1)
             self._start_next()
@@ -292,11 +277,28 @@ class SolverProcesses:
         self._starting = True
         threading.Thread(target=self._start_one, name="dpc-solver-start", daemon=True).start()
 
+    def _template_ready(self, until: float) -> Template | None:
+        """The template, started (again, if it died) and ready; None if it cannot be.
+        Only in the thread that starts workers (one at a time)."""
+        if self._template is not None and self._template.alive():
+            return self._template
+        if self._template is not None:
+            self._template.kill()
+        self._template = template = Template()
+        if self._closed.is_set():  # close() may have missed it
+            template.kill()
+            return None
+        return template if template.ready(until, self._closed) else None
+
     def _start_one(self) -> None:
         worker: _Worker | None = None
         try:
-            worker = _Worker()
-            ok = worker.ready(time.monotonic() + START_TIMEOUT, self._closed)
+            until = time.monotonic() + START_TIMEOUT
+            template = self._template_ready(until)
+            forked = None if template is None else template.fork(until, self._closed)
+            if forked is not None:
+                worker = _Worker(*forked)
+            ok = worker is not None and worker.ready(until, self._closed)
         except Exception:
             ok = False
         with self._cond:
@@ -325,7 +327,7 @@ class SolverProcesses:
         interpreter to import the solver). Otherwise waiting is better than computing
         here, also while every worker drains a late reply: a search in this thread holds
         the interpreter lock every other request needs for up to the solver's time
-        limit, and the next worker is a few tenths of a second away. Under
+        limit, and the next worker is a fork away. Under
         benchmarks/stall.py's flood many checks overrun their deadline and their workers
         drain: a profile of the server (py-spy, 15 s at 200 Hz, samples of the thread
         holding the lock) found such searches in the requests' threads in 301 of the 821
@@ -334,8 +336,11 @@ class SolverProcesses:
             while True:
                 if self._closed.is_set():
                     raise Undecided("the curator is shutting down; nothing was charged")
-                if self._free:
+                while self._free:
                     worker = self._free.pop()
+                    if worker.process.poll() is not None:  # died idle (killed, OOM)
+                        worker.kill()
+                        continue
                     self._busy.add(worker)
                     return worker
                 if self._failed and not self._busy and not self._draining:
@@ -370,8 +375,7 @@ class SolverProcesses:
         """A worker whose request gave up on it (past the deadline and :data:`GRACE`):
         it stops at its own next look at the deadline, usually a moment later on a busy
         machine. Its reply is read and dropped, and it serves again; one that has not
-        replied within :data:`DRAIN` seconds, or died, is killed. A fresh worker costs a
-        few tenths of a second of both cores; waiting for this one costs nothing."""
+        replied within :data:`DRAIN` seconds, or died, is killed."""
         with self._cond:
             self._busy.discard(worker)
             self._draining.add(worker)
@@ -458,6 +462,9 @@ class SolverProcesses:
         with self._cond:
             self._closed.set()
             every, self._free = [*self._free, *self._busy, *self._draining], []
+            template, self._template = self._template, None
             self._cond.notify_all()
         for w in every:
             w.kill()
+        if template is not None:  # after its children: while it runs, none is a zombie
+            template.kill()
