@@ -551,6 +551,35 @@ def test_a_dead_template_is_replaced_and_its_workers_serve_on(small, tmp_path):
         t.close()
 
 
+def test_workers_serve_a_process_whose_descriptors_pass_1024(small, tmp_path):
+    """A busy server holds more than 1024 descriptors (``select`` cannot watch those): its
+    workers' pipes, sockets and pidfds above it still serve, with the same decisions."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        got, c = decisions(small, tmp_path, "p.db", True)
+        try:
+            procs = c._processes
+            assert procs is not None and procs._template is not None
+            assert min(w.jobs for w in procs._free) > 1024
+            want, t = decisions(small, tmp_path, "t.db", False)
+            t.close()
+            assert got == want and True in got and False in got
+        finally:
+            c.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 KILLED = """
 import json, sys, time
 from dpcurator import Curator

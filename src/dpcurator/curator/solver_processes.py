@@ -55,7 +55,6 @@ import logging
 import math
 import os
 import pickle
-import select
 import struct
 import threading
 import time
@@ -65,7 +64,7 @@ from multiprocessing.connection import Connection
 
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
-from dpcurator.curator.solver_template import Template, WorkerProcess
+from dpcurator.curator.solver_template import Template, WorkerProcess, writable
 from dpcurator.curator.table_index import Charge
 from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
@@ -196,8 +195,7 @@ class _Worker:
             left = until - time.monotonic()
             if left <= 0:
                 return False
-            _, writable, _ = select.select([], [self.jobs], [], min(left, POLL))
-            if writable:
+            if writable(self.jobs, min(left, POLL)):
                 with contextlib.suppress(BlockingIOError):
                     view = view[os.write(self.jobs, view) :]
         return True
@@ -285,19 +283,29 @@ class SolverProcesses:
         if self._template is not None:
             self._template.kill()
         self._template = template = Template()
-        if self._closed.is_set():  # close() may have missed it
+        if not self._closed.is_set() and template.ready(until, self._closed):
+            return template
+        template.kill()  # not ready in time, or close() may have missed it
+        return None
+
+    def _fork(self, until: float) -> _Worker | None:
+        """A new worker from the template; from a new template if this one did not
+        fork it (it died since it was last seen)."""
+        for _ in range(2):
+            template = self._template_ready(until)
+            if template is None:
+                return None
+            forked = template.fork(until, self._closed)
+            if forked is not None:
+                return _Worker(*forked)
             template.kill()
-            return None
-        return template if template.ready(until, self._closed) else None
+        return None
 
     def _start_one(self) -> None:
         worker: _Worker | None = None
         try:
             until = time.monotonic() + START_TIMEOUT
-            template = self._template_ready(until)
-            forked = None if template is None else template.fork(until, self._closed)
-            if forked is not None:
-                worker = _Worker(*forked)
+            worker = self._fork(until)
             ok = worker is not None and worker.ready(until, self._closed)
         except Exception:
             ok = False

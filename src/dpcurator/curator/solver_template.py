@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -52,6 +53,25 @@ READY = b"ready"
 SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` is readable (or closed at the other end) within ``timeout``
+    seconds. ``poll``, not ``select``: a busy server's descriptors pass 1024, which
+    ``select`` cannot watch."""
+    return _ready(fd, select.POLLIN, timeout)
+
+
+def writable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` takes a write (or is closed at the other end) within ``timeout``
+    seconds (see :func:`readable`)."""
+    return _ready(fd, select.POLLOUT, timeout)
+
+
+def _ready(fd: int, events: int, timeout: float) -> bool:
+    p = select.poll()
+    p.register(fd, events)
+    return bool(p.poll(max(0, math.ceil(timeout * 1000))))
+
+
 class WorkerProcess:
     """A forked worker as the server holds it, with the part of
     :class:`subprocess.Popen`'s interface the pool uses: ``pid``, ``poll``, ``wait``,
@@ -61,6 +81,7 @@ class WorkerProcess:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self._lock = threading.Lock()  # the pidfd is closed once the process has ended
         self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(pid)
@@ -68,10 +89,14 @@ class WorkerProcess:
             self._pidfd = None
 
     def _ended(self, timeout: float) -> bool:
+        with self._lock:
+            return self._ended_locked(timeout)
+
+    def _ended_locked(self, timeout: float) -> bool:
         if self.returncode is not None:
             return True
         if self._pidfd is not None:
-            ended = bool(select.select([self._pidfd], [], [], timeout)[0])
+            ended = readable(self._pidfd, timeout)
         else:
             until = time.monotonic() + timeout
             while True:
@@ -105,9 +130,9 @@ class WorkerProcess:
         return -1
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
+        with self._lock, contextlib.suppress(ProcessLookupError):
+            if self.returncode is not None:
+                return
             if self._pidfd is not None:
                 signal.pidfd_send_signal(self._pidfd, sig)
             else:
@@ -146,7 +171,7 @@ class Template:
             left = until - time.monotonic()
             if left <= 0 or closed.is_set():
                 return None
-            if select.select([self._control], [], [], min(left, POLL))[0]:
+            if readable(self._control.fileno(), min(left, POLL)):
                 try:
                     return self._control.recv(64) or None
                 except OSError:
