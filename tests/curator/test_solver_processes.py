@@ -18,6 +18,7 @@ import os
 import pickle
 import random
 import signal
+import subprocess
 import termios
 import threading
 import time
@@ -578,6 +579,164 @@ def test_workers_serve_a_process_whose_descriptors_pass_1024(small, tmp_path):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def same_as_threads(c: Curator, t: Curator, n: int = 30) -> None:
+    """``n`` boolean counts decided alike by ``c`` and ``t`` (none undecided)."""
+    r = random.Random(3)
+    for _ in range(n):
+        q = boolean_request(r)
+        outcomes = []
+        for cur in (c, t):
+            try:
+                cur.count(q, epsilon=1.0)
+                outcomes.append(True)
+            except BudgetExceeded:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1]
+
+
+def pair(small, tmp_path, **kw) -> tuple[Curator, Curator]:
+    """A curator with workers (every search past the quick bound in a worker) and one
+    deciding in threads, on ledgers of their own."""
+    data, schema = small
+    c = Curator.open(
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "w.db",
+        solver_processes=True, **kw,
+    )  # fmt: skip
+    assert c._processes is not None
+    c._processes.local_cells = 0
+    t = Curator.open(
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "t.db",
+        solver_processes=False,
+    )  # fmt: skip
+    return c, t
+
+
+def test_a_stopped_template_is_replaced_within_the_fork_timeout(small, tmp_path, monkeypatch):
+    """A template that does not fork (SIGSTOP) is killed after FORK_TIMEOUT and a new one
+    forks the worker: the request is decided, within its deadline."""
+    from dpcurator.curator import solver_template
+
+    monkeypatch.setattr(solver_template, "FORK_TIMEOUT", 0.5)
+    c, t = pair(small, tmp_path, request_time_limit=20.0)
+    procs = c._processes
+    assert procs is not None
+    stopped = None
+    try:
+        assert procs.start() == procs.workers
+        stopped = procs._template
+        assert stopped is not None
+        os.kill(stopped.process.pid, signal.SIGSTOP)
+        for w in list(procs._free):
+            os.kill(w.process.pid, signal.SIGKILL)
+            assert ended(w.process.pid, 5)
+        same_as_threads(c, t)
+        assert procs._template is not stopped and procs._template is not None
+        assert stopped.process.wait(5) is not None  # killed
+        assert procs._free
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped.process.pid, signal.SIGCONT)
+        c.close()
+        t.close()
+
+
+def test_a_template_that_cannot_start_is_tried_again_later(small, tmp_path, monkeypatch, searches):
+    """A template that exits at once: the checks search in their threads (as without
+    workers), and once RETRY_START has passed a worker is tried again and serves."""
+    import dpcurator.curator.solver_processes as sp
+    from dpcurator.curator import solver_template
+
+    good = solver_template._command
+    monkeypatch.setattr(solver_template, "_command", lambda mode: ["/bin/false"])
+    monkeypatch.setattr(sp, "RETRY_START", 1.0)
+    c, t = pair(small, tmp_path)
+    procs = c._processes
+    assert procs is not None
+    try:
+        assert procs.start(20) == 0
+        same_as_threads(c, t, 10)
+        assert searches["here"] and not searches["worker"]
+        monkeypatch.setattr(solver_template, "_command", good)
+        time.sleep(1.1)
+        assert procs.start(20) == procs.workers
+        searches["here"].clear()
+        same_as_threads(c, t, 10)
+        assert searches["worker"] and not searches["here"]
+    finally:
+        c.close()
+        t.close()
+
+
+def test_where_templates_cannot_be_used_each_worker_is_spawned(small, tmp_path):
+    """Without pidfds (not Linux 5.3+, or a sandbox): each worker a fresh interpreter and
+    a child of the curator's process, the same decisions."""
+    c, t = pair(small, tmp_path)
+    procs = c._processes
+    assert procs is not None
+    procs._forking = False
+    try:
+        assert procs.start() == procs.workers
+        assert procs._template is None
+        for w in procs._free:
+            assert isinstance(w.process, subprocess.Popen)
+            assert int(stat(w.process.pid)[1]) == os.getpid()
+            assert len(os.listdir(f"/proc/{w.process.pid}/task")) == 1
+        same_as_threads(c, t)
+        workers = [w.process for w in procs._free]
+    finally:
+        c.close()
+        t.close()
+    for p in workers:
+        assert p.wait(5) is not None
+
+
+REAPER = """
+import ctypes, json, os, signal, sys, time
+from dpcurator import Curator
+from dpcurator.privacy import PureDP
+
+assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+c = Curator.open(data=sys.argv[1], schema=sys.argv[2], budget=PureDP(6), ledger=None)
+p = c._processes
+p.start(60)
+workers = [w.process.pid for w in p._free]
+os.kill(p._template.process.pid, signal.SIGKILL)
+p._template.process.wait(5)
+time.sleep(0.2)
+parents = {}
+for pid in workers:
+    text = open(f"/proc/{pid}/stat").read()
+    parents[pid] = int(text[text.rindex(")") + 2 :].split()[1])
+c.close()
+states = {}
+for pid in workers:
+    try:
+        text = open(f"/proc/{pid}/stat").read()
+        states[pid] = text[text.rindex(")") + 2 :].split()[0]
+    except FileNotFoundError:
+        states[pid] = "gone"
+print(json.dumps({"me": os.getpid(), "parents": list(parents.values()), "states": list(states.values())}))
+"""
+
+
+def test_orphaned_workers_are_reaped_by_a_curator_that_reaps_orphans(small, tmp_path):
+    """In a container whose PID 1 is the server (or under a subreaper), the workers of a
+    template that died become the server's children: closing reaps them (no zombies)."""
+    import subprocess
+    import sys
+
+    data, schema = small
+    out = subprocess.run(
+        [sys.executable, "-c", REAPER, str(data), str(schema)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(got["parents"]) == {got["me"]}  # adopted by the curator's process
+    assert set(got["states"]) == {"gone"}, got
 
 
 KILLED = """

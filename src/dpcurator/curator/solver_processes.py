@@ -28,10 +28,12 @@ time. A request waits for a worker, within its deadline, rather than search in i
 thread: there the search would hold the interpreter lock for up to the solver's time
 limit. Only the first check of a pool no one warmed runs in its request's thread, while
 the template and the first worker start (``dpcurator serve`` warms its pool as it
-starts: there no check ever searches in a request's thread). Neither the template nor the
-workers are children made by :mod:`multiprocessing` (spawn or its fork server): those
-import the caller's ``__main__`` again, so a script's top-level code would run in every
-worker, and a script read from stdin could start none.
+starts: there no check ever searches in a request's thread). If no worker can start,
+checks that find none search in their threads for :data:`RETRY_START` seconds, then a
+worker is tried again. Neither the template nor the workers are children made by
+:mod:`multiprocessing` (spawn or its fork server): those import the caller's
+``__main__`` again, so a script's top-level code would run in every worker, and a script
+read from stdin could start none.
 
 Workers run at :data:`NICENESS` 10: the kernel gives a core to the server (its event loop,
 the requests' threads, the group commit) whenever it wants one, and the search takes the
@@ -56,6 +58,7 @@ import math
 import os
 import pickle
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterable
@@ -64,7 +67,13 @@ from multiprocessing.connection import Connection
 
 from dpcurator import deadlines
 from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
-from dpcurator.curator.solver_template import Template, WorkerProcess, writable
+from dpcurator.curator.solver_template import (
+    Template,
+    WorkerProcess,
+    forking_available,
+    spawn_worker,
+    writable,
+)
 from dpcurator.curator.table_index import Charge
 from dpcurator.curator.turns import away
 from dpcurator.deadlines import Deadline
@@ -87,6 +96,9 @@ LOCAL_CELLS = 50_000
 DRAIN = 2.0
 #: Seconds a starting worker has to say it is ready before it is given up.
 START_TIMEOUT = 60.0
+#: Seconds after a worker failed to start before one is tried again (meanwhile a check
+#: that finds no worker searches in its own thread, as without workers).
+RETRY_START = 30.0
 #: The workers' niceness (Unix's ``nice``): the search takes the cores the server's
 #: threads leave (see the module docstring).
 NICENESS = 10
@@ -166,7 +178,9 @@ def _widen(fd: int, need: int) -> None:
 class _Worker:
     """One worker process and the server's ends of its two pipes."""
 
-    def __init__(self, process: WorkerProcess, jobs: int, recv: Connection) -> None:
+    def __init__(
+        self, process: WorkerProcess | subprocess.Popen[bytes], jobs: int, recv: Connection
+    ) -> None:
         self.process = process
         #: where jobs are written, without blocking (see :meth:`give`)
         self.jobs = jobs
@@ -226,10 +240,16 @@ class SolverProcesses:
         self._wanted = 0  # workers asked for by :meth:`start` or :meth:`warm`
         # a worker has been ready: from then on a check waits for one (see _take)
         self._ready_once = False
-        self._failed = False  # a worker could not start: every check in its thread
+        # a worker could not start: until then, a check with no worker searches in its thread
+        self._failed_until = -math.inf
         self._closed = threading.Event()
         self._cond = threading.Condition()
         self._template: Template | None = None  # started with the first worker
+        self._forking = forking_available()  # else each worker spawned on its own
+
+    def _failing(self) -> bool:
+        """Whether a worker failed to start less than :data:`RETRY_START` s ago."""
+        return time.monotonic() < self._failed_until
 
     def _count(self) -> int:
         """Workers ready or busy. Under ``self._cond``. A worker draining a late reply
@@ -251,7 +271,7 @@ class SolverProcesses:
         with self._cond:
             self._wanted = self.workers
             self._start_next()
-            while self._count() < self.workers and not (self._failed or self._closed.is_set()):
+            while self._count() < self.workers and not (self._failing() or self._closed.is_set()):
                 left = until - time.monotonic()
                 if left <= 0:
                     break
@@ -270,32 +290,44 @@ class SolverProcesses:
     def _start_next(self) -> None:
         """Start one more worker in the background, unless one is starting already, the
         bound is reached, or workers cannot start here. Under ``self._cond``."""
-        if self._starting or self._failed or self._closed.is_set() or self._count() >= self.workers:
+        if (
+            self._starting
+            or self._failing()
+            or self._closed.is_set()
+            or self._count() >= self.workers
+        ):
             return
         self._starting = True
         threading.Thread(target=self._start_one, name="dpc-solver-start", daemon=True).start()
 
-    def _template_ready(self, until: float) -> Template | None:
+    def _template_ready(self) -> Template | None:
         """The template, started (again, if it died) and ready; None if it cannot be.
         Only in the thread that starts workers (one at a time)."""
         if self._template is not None and self._template.alive():
             return self._template
         if self._template is not None:
             self._template.kill()
+        if self._closed.is_set():
+            return None
         self._template = template = Template()
-        if not self._closed.is_set() and template.ready(until, self._closed):
+        if not self._closed.is_set() and template.ready(
+            time.monotonic() + START_TIMEOUT, self._closed
+        ):
             return template
         template.kill()  # not ready in time, or close() may have missed it
         return None
 
-    def _fork(self, until: float) -> _Worker | None:
-        """A new worker from the template; from a new template if this one did not
-        fork it (it died since it was last seen)."""
+    def _new_worker(self) -> _Worker | None:
+        """A new worker: forked from the template (from a new template if this one did
+        not fork it: it died, or hung, since it was last seen), or spawned on its own
+        where templates cannot be used."""
+        if not self._forking:
+            return _Worker(*spawn_worker())
         for _ in range(2):
-            template = self._template_ready(until)
+            template = self._template_ready()
             if template is None:
                 return None
-            forked = template.fork(until, self._closed)
+            forked = template.fork(self._closed)
             if forked is not None:
                 return _Worker(*forked)
             template.kill()
@@ -304,9 +336,8 @@ class SolverProcesses:
     def _start_one(self) -> None:
         worker: _Worker | None = None
         try:
-            until = time.monotonic() + START_TIMEOUT
-            worker = self._fork(until)
-            ok = worker is not None and worker.ready(until, self._closed)
+            worker = self._new_worker()
+            ok = worker is not None and worker.ready(time.monotonic() + START_TIMEOUT, self._closed)
         except Exception:
             ok = False
         with self._cond:
@@ -318,10 +349,12 @@ class SolverProcesses:
                     self._start_next()
                 worker = None
             elif not self._closed.is_set():
-                self._failed = True
+                self._failed_until = time.monotonic() + RETRY_START
                 _log.warning(
-                    "a solver worker process could not start; exact checks run in the "
-                    "requests' threads"
+                    "a solver worker process could not start; exact checks that find no "
+                    "worker run in the requests' threads for %g s, then a worker is tried "
+                    "again",
+                    RETRY_START,
                 )
             self._cond.notify_all()
         if worker is not None:
@@ -351,7 +384,7 @@ class SolverProcesses:
                         continue
                     self._busy.add(worker)
                     return worker
-                if self._failed and not self._busy and not self._draining:
+                if self._failing() and not self._busy and not self._draining:
                     return None
                 self._start_next()
                 if not (self._busy or self._draining or self._ready_once or self._wanted):

@@ -14,11 +14,14 @@ the solver's pages shared.
 The template is single-threaded (the BLAS and OpenMP libraries are told to start no
 threads, so that a fork copies a whole, consistent process, and a worker takes one core)
 and runs at the workers' niceness, which its children inherit. It reads fork requests on
-a Unix socket, each carrying the two pipe ends a worker needs (``SCM_RIGHTS``), forks, and
-answers the child's pid; the kernel reaps its children (``SIGCHLD`` ignored). It ends
-when the socket closes: the server closed, or died. The server holds each worker by a
-pidfd (Linux 5.3 and later; elsewhere by its pid), so that it signals the process it
-means even after the template has reaped it.
+a Unix socket, each carrying the two pipe ends a worker needs (``SCM_RIGHTS``), forks,
+and answers the child's pid with a pidfd of it, opened before the child can be reaped,
+so the server signals the process it means and never another that took its pid. It
+reaps its children, and ends when the socket closes: the server closed, or died.
+
+Where pidfds or descriptor passing are missing (not Linux 5.3+, or a sandbox refusing
+``pidfd_open``), each worker is a fresh interpreter of its own, a child of the server
+(:func:`spawn_worker`), as before templates.
 """
 
 from __future__ import annotations
@@ -39,18 +42,45 @@ from multiprocessing.connection import Connection
 
 #: Seconds between looks at the curator's stop event while waiting for the template.
 POLL = 0.05
-#: What the template's interpreter runs: the parent's import path (a source checkout, a
-#: path added at run time), then the worker module's template loop.
+#: Seconds the template has to fork a worker (it takes milliseconds): past them it is
+#: taken for stopped or hung, killed, and a new one started.
+FORK_TIMEOUT = 5.0
+#: Seconds the template has to end once its socket is closed before it is killed.
+END_TIMEOUT = 1.0
+#: What the template's interpreter (or a spawned worker's) runs: the parent's import path
+#: (a source checkout, a path added at run time), then the worker module.
 _BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from dpcurator.curator.solver_worker import main; main()"
+    "from dpcurator.curator.solver_worker import main; main(sys.argv[2])"
 )
-#: The template's reply to a fork request: the child's pid.
+#: The template's reply to a fork request: the child's pid (0: it could not fork), with
+#: a pidfd of the child.
 PID = struct.Struct("!q")
 #: Said once by the template when it has imported the solver.
 READY = b"ready"
 #: The environment variables that make numerical libraries start no threads.
 SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def forking_available() -> bool:
+    """Whether workers can be forks of a template here: pidfds that this process may
+    open (Linux 5.3+, not refused by a sandbox) and Unix sockets of packets that pass
+    descriptors."""
+    if not (
+        hasattr(os, "pidfd_open")
+        and hasattr(signal, "pidfd_send_signal")
+        and hasattr(socket, "send_fds")
+        and hasattr(socket, "SOCK_SEQPACKET")
+    ):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return False
+    a.close()
+    b.close()
+    return True
 
 
 def readable(fd: int, timeout: float) -> bool:
@@ -72,52 +102,37 @@ def _ready(fd: int, events: int, timeout: float) -> bool:
     return bool(p.poll(max(0, math.ceil(timeout * 1000))))
 
 
+def _command(mode: str) -> list[str]:
+    return [sys.executable, "-c", _BOOT, json.dumps(sys.path), mode]
+
+
 class WorkerProcess:
-    """A forked worker as the server holds it, with the part of
+    """A forked worker as the server holds it, by a pidfd, with the part of
     :class:`subprocess.Popen`'s interface the pool uses: ``pid``, ``poll``, ``wait``,
     ``kill``. Its exit status went to the template: once it has ended, ``poll`` and
     ``wait`` give -1."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, pidfd: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self._pidfd: int | None = pidfd
         self._lock = threading.Lock()  # the pidfd is closed once the process has ended
-        self._pidfd: int | None
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # not Linux 5.3+: by pid
-            self._pidfd = None
 
     def _ended(self, timeout: float) -> bool:
         with self._lock:
-            return self._ended_locked(timeout)
-
-    def _ended_locked(self, timeout: float) -> bool:
-        if self.returncode is not None:
-            return True
-        if self._pidfd is not None:
-            ended = readable(self._pidfd, timeout)
-        else:
-            until = time.monotonic() + timeout
-            while True:
-                try:
-                    os.kill(self.pid, 0)
-                except ProcessLookupError:
-                    ended = True
-                    break
-                except OSError:
-                    ended = False
-                    break
-                if time.monotonic() >= until:
-                    ended = False
-                    break
-                time.sleep(min(0.01, max(0.0, until - time.monotonic())))
-        if ended:
+            if self.returncode is not None:
+                return True
+            assert self._pidfd is not None
+            if not readable(self._pidfd, timeout):
+                return False
+            # Ours to reap only if the template died first and this process is the
+            # orphans' reaper (PID 1 of a container, a subreaper); else the template's.
+            with contextlib.suppress(ChildProcessError, OSError, AttributeError):
+                os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
+            os.close(self._pidfd)
+            self._pidfd = None
             self.returncode = -1
-            if self._pidfd is not None:
-                os.close(self._pidfd)
-                self._pidfd = None
-        return ended
+            return True
 
     def poll(self) -> int | None:
         """None while it runs, else -1."""
@@ -129,17 +144,10 @@ class WorkerProcess:
             raise subprocess.TimeoutExpired(f"solver worker {self.pid}", timeout)
         return -1
 
-    def send_signal(self, sig: int) -> None:
-        with self._lock, contextlib.suppress(ProcessLookupError):
-            if self.returncode is not None:
-                return
-            if self._pidfd is not None:
-                signal.pidfd_send_signal(self._pidfd, sig)
-            else:
-                os.kill(self.pid, sig)
-
     def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
+        with self._lock, contextlib.suppress(ProcessLookupError):
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
 
 class Template:
@@ -151,7 +159,7 @@ class Template:
         env.update(dict.fromkeys(SINGLE_THREADED, "1"))
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, json.dumps(sys.path)],
+                _command("template"),
                 stdin=theirs.fileno(),
                 stdout=subprocess.DEVNULL,
                 close_fds=True,
@@ -164,52 +172,83 @@ class Template:
             theirs.close()
         self._control = ours
 
-    def _receive(self, until: float, closed: threading.Event) -> bytes | None:
-        """The template's next message, or None (it ended, ``until`` passed, or the
-        curator closed)."""
+    def _receive(self, until: float, closed: threading.Event) -> tuple[bytes, list[int]] | None:
+        """The template's next message and the descriptors it carries, or None (it
+        ended, ``until`` passed, or the curator closed)."""
         while True:
             left = until - time.monotonic()
             if left <= 0 or closed.is_set():
                 return None
             if readable(self._control.fileno(), min(left, POLL)):
                 try:
-                    return self._control.recv(64) or None
+                    message, fds, _, _ = socket.recv_fds(self._control, 64, 1)
                 except OSError:
                     return None
+                if message:
+                    return message, fds
+                for fd in fds:
+                    os.close(fd)
+                return None
 
     def ready(self, until: float, closed: threading.Event) -> bool:
         """Whether it said it is ready before ``until`` (a point of the monotonic clock)."""
-        return self._receive(until, closed) == READY
+        got = self._receive(until, closed)
+        if got is not None:
+            for fd in got[1]:
+                os.close(fd)
+        return got is not None and got[0] == READY
 
-    def fork(
-        self, until: float, closed: threading.Event
-    ) -> tuple[WorkerProcess, int, Connection] | None:
+    def fork(self, closed: threading.Event) -> tuple[WorkerProcess, int, Connection] | None:
         """A new worker: its process, the pipe end its jobs are written to, and the
-        connection its replies are read from; None if the template did not fork one."""
+        connection its replies are read from; None if the template did not fork one
+        within :data:`FORK_TIMEOUT` (the caller then kills it)."""
         jobs_read, jobs_write = os.pipe()
         replies_read, replies_write = os.pipe()
         try:
             socket.send_fds(self._control, [b"fork"], [jobs_read, replies_write])
-            reply = self._receive(until, closed)
+            reply = self._receive(time.monotonic() + FORK_TIMEOUT, closed)
         except OSError:
             reply = None
         finally:
             os.close(jobs_read)
             os.close(replies_write)
-        if reply is None or len(reply) != PID.size:
-            os.close(jobs_write)
-            os.close(replies_read)
+        message, fds = reply if reply is not None else (b"", [])
+        pid = PID.unpack(message)[0] if len(message) == PID.size else 0
+        if pid <= 0 or len(fds) != 1:
+            for fd in (jobs_write, replies_read, *fds):
+                os.close(fd)
             return None
-        (pid,) = PID.unpack(reply)
-        return WorkerProcess(pid), jobs_write, Connection(replies_read, writable=False)
+        process = WorkerProcess(pid, fds[0])
+        return process, jobs_write, Connection(replies_read, writable=False)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def kill(self) -> None:
-        """Close its socket (it ends at once) and kill it."""
+        """Close its socket: it reaps the workers that have ended and ends; killed if it
+        has not within :data:`END_TIMEOUT` (stopped, hung)."""
         with contextlib.suppress(OSError):
             self._control.close()
-        with contextlib.suppress(Exception):
-            self.process.kill()
-            self.process.wait(1.0)
+        try:
+            self.process.wait(END_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(Exception):
+                self.process.kill()
+                self.process.wait(1.0)
+
+
+def spawn_worker() -> tuple[subprocess.Popen[bytes], int, Connection]:
+    """A worker that is a fresh interpreter of its own, where templates cannot be used:
+    its process, the pipe end its jobs are written to, the connection its replies are
+    read from."""
+    env = dict(os.environ)
+    env.update(dict.fromkeys(SINGLE_THREADED, "1"))
+    process = subprocess.Popen(
+        _command("worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env=env
+    )
+    assert process.stdin is not None and process.stdout is not None
+    jobs = os.dup(process.stdin.fileno())
+    replies = Connection(os.dup(process.stdout.fileno()), writable=False)
+    process.stdin.close()
+    process.stdout.close()
+    return process, jobs, replies

@@ -1,4 +1,5 @@
-"""The template of :mod:`dpcurator.curator.solver_template` and the workers it forks.
+"""The template of :mod:`dpcurator.curator.solver_template` and the workers it forks (or
+a worker spawned on its own, where templates cannot be used).
 
 The template imports the solver, says it is ready, and forks a worker for each request
 read on its socket (its stdin); a worker reads jobs on one pipe (each its length, then
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 from multiprocessing.connection import Connection
@@ -18,38 +20,64 @@ from multiprocessing.connection import Connection
 from dpcurator.curator.solver_processes import NICENESS, serve
 from dpcurator.curator.solver_template import PID, READY
 
+#: Milliseconds between the template's looks for children to reap.
+REAP_EVERY = 1000
 
-def main() -> None:
-    """Ctrl-C meant for the server (the terminal sends it to the whole process group) left
-    to the server, which kills its workers and the template when it closes; stdin (the
-    socket) and stdout pointed away; children reaped by the kernel. The template and its
-    workers run at :data:`~dpcurator.curator.solver_processes.NICENESS`. It ends when
-    its socket closes (the server closed or died)."""
+
+def main(mode: str) -> None:
+    """``mode`` "template" (stdin is the template's socket) or "worker" (stdin and stdout
+    are a spawned worker's pipes). Ctrl-C meant for the server (the terminal sends it to
+    the whole process group) is left to the server, which kills its workers and the
+    template when it closes; stdin and stdout are pointed away. Both run at
+    :data:`~dpcurator.curator.solver_processes.NICENESS`, and end when the server closes
+    their socket or pipe (or dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):  # (a platform without priorities: as it is)
         os.nice(NICENESS)
-    control = socket.socket(fileno=os.dup(0))
+    first, second = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    if mode == "worker":
+        serve(first, Connection(second, readable=False))
+    else:
+        os.close(second)
+        template(socket.socket(fileno=first))
+
+
+def reap() -> None:
+    """Reap every child that has ended."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def template(control: socket.socket) -> None:
+    """Fork a worker for each request on ``control`` (its two pipe ends), and answer its
+    pid and a pidfd of it, opened before the child can be reaped (so that the pidfd is
+    this child's even if it died at once); reap the children that ended."""
     control.send(READY)
+    watch = select.poll()
+    watch.register(control.fileno(), select.POLLIN)
     while True:
+        reap()
+        if not watch.poll(REAP_EVERY):
+            continue
         try:
             message, fds, _, _ = socket.recv_fds(control, 16, 2)
         except OSError:
-            return
+            message, fds = b"", []
         if not message or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
+            reap()  # the workers the server killed before closing (see Template.kill)
             return  # the server closed its end (or sent what it never sends)
         pid = os.fork()
         if pid == 0:  # the worker: never back into this loop
             code = 0
             try:
                 control.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 serve(fds[0], Connection(fds[1], readable=False))
             except BaseException:
                 code = 1
@@ -58,6 +86,16 @@ def main() -> None:
         for fd in fds:
             os.close(fd)
         try:
-            control.send(PID.pack(pid))
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)  # not reaped yet: still this child
+            reply, passed = PID.pack(0), []
+        else:
+            reply, passed = PID.pack(pid), [pidfd]
+        try:
+            socket.send_fds(control, [reply], passed)
         except OSError:
             return
+        finally:
+            for fd in passed:
+                os.close(fd)
