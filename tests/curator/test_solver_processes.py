@@ -693,6 +693,26 @@ def test_where_templates_cannot_be_used_each_worker_is_spawned(small, tmp_path):
         assert p.wait(5) is not None
 
 
+@pytest.mark.parametrize("forking", [True, False])
+def test_a_pool_dropped_without_close_leaves_no_worker(forking):
+    """A pool (a curator) dropped without close(): once collected, its workers read the
+    end of their jobs' pipes and the template that of its socket, and all end."""
+    import gc
+
+    from dpcurator.curator.solver_processes import SolverProcesses
+
+    procs = SolverProcesses(2)
+    procs._forking = forking
+    assert procs.start() == 2
+    pids = [w.process.pid for w in procs._free]
+    if forking:
+        assert procs._template is not None
+        pids.append(procs._template.process.pid)
+    del procs
+    gc.collect()
+    assert all(ended(pid, 10) for pid in pids)
+
+
 REAPER = """
 import ctypes, json, os, signal, sys, time
 from dpcurator import Curator

@@ -61,6 +61,7 @@ import struct
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from fractions import Fraction
 from multiprocessing.connection import Connection
@@ -175,6 +176,11 @@ def _widen(fd: int, need: int) -> None:
         pass
 
 
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 class _Worker:
     """One worker process and the server's ends of its two pipes."""
 
@@ -186,6 +192,8 @@ class _Worker:
         self.jobs = jobs
         os.set_blocking(self.jobs, False)
         self.recv = recv
+        # a curator dropped without close(): its workers read end-of-file and end
+        self._close_jobs = weakref.finalize(self, _close_quietly, jobs)
 
     def ready(self, until: float, closed: threading.Event) -> bool:
         """Whether it said it is ready before ``until`` (a point of the monotonic clock)."""
@@ -215,8 +223,7 @@ class _Worker:
         return True
 
     def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            os.close(self.jobs)
+        self._close_jobs()
         with contextlib.suppress(Exception):
             self.recv.close()
         with contextlib.suppress(Exception):

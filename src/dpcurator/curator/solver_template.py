@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from multiprocessing.connection import Connection
 
 #: Seconds between looks at the curator's stop event while waiting for the template.
@@ -117,6 +118,7 @@ class WorkerProcess:
         self.returncode: int | None = None
         self._pidfd: int | None = pidfd
         self._lock = threading.Lock()  # the pidfd is closed once the process has ended
+        self._close = weakref.finalize(self, os.close, pidfd)  # (or when this is dropped)
 
     def _ended(self, timeout: float) -> bool:
         with self._lock:
@@ -129,7 +131,7 @@ class WorkerProcess:
             # orphans' reaper (PID 1 of a container, a subreaper); else the template's.
             with contextlib.suppress(ChildProcessError, OSError, AttributeError):
                 os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
-            os.close(self._pidfd)
+            self._close()
             self._pidfd = None
             self.returncode = -1
             return True

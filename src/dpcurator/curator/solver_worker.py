@@ -11,10 +11,12 @@ the server imports, so that the template loads the solver and nothing else."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
 import socket
+import time
 from multiprocessing.connection import Connection
 
 from dpcurator.curator.solver_processes import NICENESS, serve
@@ -22,6 +24,9 @@ from dpcurator.curator.solver_template import PID, READY
 
 #: Milliseconds between the template's looks for children to reap.
 REAP_EVERY = 1000
+#: Seconds an ending template waits for its workers to end, to reap them (an orphan
+#: would be left to a PID 1 that may never reap it, in a container).
+LAST_REAP = 5.0
 
 
 def main(mode: str) -> None:
@@ -46,11 +51,16 @@ def main(mode: str) -> None:
         template(socket.socket(fileno=first))
 
 
-def reap() -> None:
-    """Reap every child that has ended."""
+def reap(until: float = -math.inf) -> None:
+    """Reap every child that has ended; with ``until`` (a point of the monotonic clock),
+    also those that end before it."""
     with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        while True:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.01)
 
 
 def template(control: socket.socket) -> None:
@@ -71,8 +81,10 @@ def template(control: socket.socket) -> None:
         if not message or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            reap()  # the workers the server killed before closing (see Template.kill)
-            return  # the server closed its end (or sent what it never sends)
+            # the server closed its end (or sent what it never sends): its workers end
+            # too, killed before (see Template.kill) or at the end of their pipes
+            reap(until=time.monotonic() + LAST_REAP)
+            return
         pid = os.fork()
         if pid == 0:  # the worker: never back into this loop
             code = 0
