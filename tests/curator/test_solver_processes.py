@@ -506,23 +506,46 @@ def test_workers_are_forks_of_one_single_threaded_template(small, tmp_path):
         c.close()
 
 
-def test_a_dead_template_is_replaced_and_its_workers_serve_on(small, tmp_path):
-    """With the template and every idle worker killed, the next checks get workers from
-    a new template (a dead idle worker is never handed a job): the same decisions as
-    in threads, none undecided."""
+def same_as_threads(c: Curator, t: Curator, n: int = 30) -> None:
+    """``n`` boolean counts decided alike by ``c`` and ``t`` (none undecided)."""
+    r = random.Random(3)
+    for _ in range(n):
+        q = boolean_request(r)
+        outcomes = []
+        for cur in (c, t):
+            try:
+                cur.count(q, epsilon=1.0)
+                outcomes.append(True)
+            except BudgetExceeded:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1]
+
+
+def pair(small, tmp_path, **kw) -> tuple[Curator, Curator]:
+    """A curator with workers (every search past the quick bound in a worker) and one
+    deciding in threads, on ledgers of their own."""
     data, schema = small
     c = Curator.open(
-        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "d.db",
-        solver_processes=True,
+        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "w.db",
+        solver_processes=True, **kw,
     )  # fmt: skip
+    assert c._processes is not None
+    c._processes.local_cells = 0
     t = Curator.open(
         data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "t.db",
         solver_processes=False,
     )  # fmt: skip
+    return c, t
+
+
+def test_a_dead_template_is_replaced_and_its_workers_serve_on(small, tmp_path):
+    """With the template and every idle worker killed, the next checks get workers from
+    a new template (a dead idle worker is never handed a job): the same decisions as
+    in threads, none undecided."""
+    c, t = pair(small, tmp_path)
     try:
         procs = c._processes
         assert procs is not None
-        procs.local_cells = 0
         assert procs.start() == procs.workers
         first = procs._template
         assert first is not None
@@ -532,18 +555,7 @@ def test_a_dead_template_is_replaced_and_its_workers_serve_on(small, tmp_path):
         for pid in dead:
             os.kill(pid, signal.SIGKILL)
         assert all(ended(pid, 5) for pid in dead)
-        r1, r2 = random.Random(3), random.Random(3)
-        for _ in range(30):
-            q = boolean_request(r1)
-            assert q == boolean_request(r2)
-            outcomes = []
-            for cur in (c, t):
-                try:
-                    cur.count(q, epsilon=1.0)
-                    outcomes.append(True)
-                except BudgetExceeded:
-                    outcomes.append(False)
-            assert outcomes[0] == outcomes[1]
+        same_as_threads(c, t)
         assert procs._template is not None and procs._template is not first
         assert procs._template.alive()
         assert procs._free and not dead & {w.process.pid for w in procs._free}
@@ -579,38 +591,6 @@ def test_workers_serve_a_process_whose_descriptors_pass_1024(small, tmp_path):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def same_as_threads(c: Curator, t: Curator, n: int = 30) -> None:
-    """``n`` boolean counts decided alike by ``c`` and ``t`` (none undecided)."""
-    r = random.Random(3)
-    for _ in range(n):
-        q = boolean_request(r)
-        outcomes = []
-        for cur in (c, t):
-            try:
-                cur.count(q, epsilon=1.0)
-                outcomes.append(True)
-            except BudgetExceeded:
-                outcomes.append(False)
-        assert outcomes[0] == outcomes[1]
-
-
-def pair(small, tmp_path, **kw) -> tuple[Curator, Curator]:
-    """A curator with workers (every search past the quick bound in a worker) and one
-    deciding in threads, on ledgers of their own."""
-    data, schema = small
-    c = Curator.open(
-        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "w.db",
-        solver_processes=True, **kw,
-    )  # fmt: skip
-    assert c._processes is not None
-    c._processes.local_cells = 0
-    t = Curator.open(
-        data=data, schema=schema, budget=PureDP(6), ledger=tmp_path / "t.db",
-        solver_processes=False,
-    )  # fmt: skip
-    return c, t
 
 
 def test_a_stopped_template_is_replaced_within_the_fork_timeout(small, tmp_path, monkeypatch):
