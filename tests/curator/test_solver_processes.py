@@ -693,6 +693,37 @@ def test_a_pool_dropped_without_close_leaves_no_worker(forking):
     assert all(ended(pid, 10) for pid in pids)
 
 
+@pytest.mark.parametrize("mode", ["template", "worker"])
+def test_a_server_gone_while_its_template_starts_leaves_it_quiet(mode):
+    """The server stops while its template (or a spawned worker) imports the solver: it
+    ends at the closed socket or pipe, status 0, nothing on stderr (no traceback in
+    the server's log)."""
+    import socket
+    import subprocess
+
+    from dpcurator.curator import solver_template
+
+    if mode == "template":
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        p = subprocess.Popen(
+            solver_template._command(mode), stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        theirs.close()
+        ours.close()
+    else:
+        p = subprocess.Popen(
+            solver_template._command(mode), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.close()
+        p.stdout.close()
+        p.stdin = p.stdout = None  # (closed: communicate() reads stderr only)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and err == b"", err.decode()[-2000:]
+
+
 REAPER = """
 import ctypes, json, os, signal, sys, time
 from dpcurator import Curator

@@ -67,7 +67,10 @@ def template(control: socket.socket) -> None:
     """Fork a worker for each request on ``control`` (its two pipe ends), and answer its
     pid and a pidfd of it, opened before the child can be reaped (so that the pidfd is
     this child's even if it died at once); reap the children that ended."""
-    control.send(READY)
+    try:
+        control.send(READY)
+    except OSError:  # the server stopped while this imported the solver
+        return
     watch = select.poll()
     watch.register(control.fileno(), select.POLLIN)
     while True:
