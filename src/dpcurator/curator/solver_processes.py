@@ -71,6 +71,7 @@ from dpcurator.curator.overlap_filter import Loss, max_loss, quick_loss
 from dpcurator.curator.solver_template import (
     Template,
     WorkerProcess,
+    close_quietly,
     forking_available,
     spawn_worker,
     writable,
@@ -176,11 +177,6 @@ def _widen(fd: int, need: int) -> None:
         pass
 
 
-def _close_quietly(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
 class _Worker:
     """One worker process and the server's ends of its two pipes."""
 
@@ -193,7 +189,7 @@ class _Worker:
         os.set_blocking(self.jobs, False)
         self.recv = recv
         # a curator dropped without close(): its workers read end-of-file and end
-        self._close_jobs = weakref.finalize(self, _close_quietly, jobs)
+        self._close_jobs = weakref.finalize(self, close_quietly, jobs)
 
     def ready(self, until: float, closed: threading.Event) -> bool:
         """Whether it said it is ready before ``until`` (a point of the monotonic clock)."""

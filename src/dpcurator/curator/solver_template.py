@@ -40,6 +40,7 @@ import threading
 import time
 import weakref
 from multiprocessing.connection import Connection
+from typing import Any
 
 #: Seconds between looks at the curator's stop event while waiting for the template.
 POLL = 0.05
@@ -107,6 +108,18 @@ def _command(mode: str) -> list[str]:
     return [sys.executable, "-c", _BOOT, json.dumps(sys.path), mode]
 
 
+def _spawn(mode: str, **streams: Any) -> subprocess.Popen[bytes]:
+    """A fresh interpreter running the worker module in ``mode``, single-threaded."""
+    env = {**os.environ, **dict.fromkeys(SINGLE_THREADED, "1")}
+    return subprocess.Popen(_command(mode), close_fds=True, env=env, **streams)
+
+
+def close_quietly(fd: int) -> None:
+    """Close ``fd``, whatever state it is in (a finalizer's, or a kill's)."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 class WorkerProcess:
     """A forked worker as the server holds it, by a pidfd, with the part of
     :class:`subprocess.Popen`'s interface the pool uses: ``pid``, ``poll``, ``wait``,
@@ -116,25 +129,20 @@ class WorkerProcess:
     def __init__(self, pid: int, pidfd: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self._pidfd: int | None = pidfd
-        self._lock = threading.Lock()  # the pidfd is closed once the process has ended
-        self._close = weakref.finalize(self, os.close, pidfd)  # (or when this is dropped)
+        self._pidfd = pidfd  # closed once the process has ended (or when this is dropped)
+        self._close = weakref.finalize(self, close_quietly, pidfd)
+        self._lock = threading.Lock()
 
     def _ended(self, timeout: float) -> bool:
         with self._lock:
-            if self.returncode is not None:
-                return True
-            assert self._pidfd is not None
-            if not readable(self._pidfd, timeout):
-                return False
-            # Ours to reap only if the template died first and this process is the
-            # orphans' reaper (PID 1 of a container, a subreaper); else the template's.
-            with contextlib.suppress(ChildProcessError, OSError, AttributeError):
-                os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
-            self._close()
-            self._pidfd = None
-            self.returncode = -1
-            return True
+            if self.returncode is None and readable(self._pidfd, timeout):
+                # Ours to reap only if the template died first and this process is the
+                # orphans' reaper (PID 1 of a container, a subreaper); else the template's.
+                with contextlib.suppress(ChildProcessError, OSError, AttributeError):
+                    os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
+                self._close()
+                self.returncode = -1
+            return self.returncode is not None
 
     def poll(self) -> int | None:
         """None while it runs, else -1."""
@@ -148,7 +156,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         with self._lock, contextlib.suppress(ProcessLookupError):
-            if self._pidfd is not None:
+            if self.returncode is None:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
 
@@ -157,16 +165,8 @@ class Template:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        env.update(dict.fromkeys(SINGLE_THREADED, "1"))
         try:
-            self.process = subprocess.Popen(
-                _command("template"),
-                stdin=theirs.fileno(),
-                stdout=subprocess.DEVNULL,
-                close_fds=True,
-                env=env,
-            )
+            self.process = _spawn("template", stdin=theirs.fileno(), stdout=subprocess.DEVNULL)
         except BaseException:
             ours.close()
             raise
@@ -243,11 +243,7 @@ def spawn_worker() -> tuple[subprocess.Popen[bytes], int, Connection]:
     """A worker that is a fresh interpreter of its own, where templates cannot be used:
     its process, the pipe end its jobs are written to, the connection its replies are
     read from."""
-    env = dict(os.environ)
-    env.update(dict.fromkeys(SINGLE_THREADED, "1"))
-    process = subprocess.Popen(
-        _command("worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env=env
-    )
+    process = _spawn("worker", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert process.stdin is not None and process.stdout is not None
     jobs = os.dup(process.stdin.fileno())
     replies = Connection(os.dup(process.stdout.fileno()), writable=False)
